@@ -1,0 +1,31 @@
+"""Errors a user can cause. Each message names the problem and the fix."""
+
+from __future__ import annotations
+
+
+class CodedGDError(Exception):
+    """Base class of every error codedgd reports to a user (never a traceback)."""
+
+
+class ConfigError(CodedGDError, ValueError):
+    """A job description, option or parameter is invalid."""
+
+
+class PlanError(ConfigError):
+    """A policy cannot build a plan for the requested n, s, r, ... ."""
+
+
+class DataError(CodedGDError):
+    """A dataset is missing, corrupt, or does not match what was asked."""
+
+
+class WireError(CodedGDError):
+    """A message on the wire has the wrong shape, dtype, round or size."""
+
+
+class DecodeError(CodedGDError):
+    """A policy could not decode (infeasible set of arrivals, residual too large)."""
+
+
+class JobFailed(CodedGDError):
+    """A job stopped before its last round (worker lost, cancelled, error)."""

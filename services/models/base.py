@@ -1,0 +1,40 @@
+"""Gradient oracles: what a worker computes and the coordinator evaluates.
+
+A model's data term is a *sum* over rows, so per-partition sums add up to the
+full-data sum that gradient codes recover. The training objective is
+
+    F(θ) = (1/N) Σ_i ℓ(x_i, y_i; θ) + (λ/2)‖θ‖²,
+
+and the L2 term is applied by the coordinator, never by workers.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from services.data.dataset import Matrix
+
+
+class Model(Protocol):
+    name: ClassVar[str]
+    metric_name: ClassVar[str]  # held-out metric: "auc" or "mse"
+    higher_is_better: ClassVar[bool]
+    l2: float
+
+    def loss_sum(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:
+        """Σ_i ℓ(x_i, y_i; θ) over the rows of X (no L2 term)."""
+        ...
+
+    def grad_sum(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> np.ndarray:
+        """Σ_i ∇ℓ(x_i, y_i; θ) over the rows of X, float64, length dim (no L2 term)."""
+        ...
+
+    def metric(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:
+        """The held-out metric (AUC for classification, MSE for regression)."""
+        ...
+
+    def smoothness(self, X: Matrix) -> float:
+        """A smoothness constant L of the data term Σ_i ℓ (for step sizes and LAG)."""
+        ...

@@ -1,0 +1,144 @@
+"""The policy interface: what a coordinator-side aggregation policy decides.
+
+A policy is pure numpy: it never imports grpc and never sleeps. The coordinator's
+round loop (real workers over gRPC) and the simulator (virtual clock) drive the
+same objects through four calls:
+
+1. :meth:`Policy.plan` once per job: each worker's partitions and encoding;
+2. :meth:`Policy.begin_round` at the start of round t: whom to contact and
+   which extra parameters to send with θ_t;
+3. :meth:`Policy.offer` for every arrival, until it returns True (decodable);
+4. :meth:`Policy.decode`: the estimate of g = Σ_j g_j (gradient *sums* over
+   partitions; the coordinator divides by the number of training rows).
+
+Notation follows SCHEMES.md: n workers, k partitions, s stragglers.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from services.errors import PlanError
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One worker's share of a plan.
+
+    The worker computes g_j for every partition j in ``partitions`` and sends
+    ``Σ_j Σ_u coefficients[j, u] · chunk_u(g_j)``, where ``chunk_u`` is the u-th of
+    ``chunks`` equal pieces of the (zero-padded) gradient: a vector of length
+    ``ceil(dim / chunks)``. With ``chunks == 1`` this is ``Σ_j B_ij g_j``.
+    """
+
+    partitions: tuple[int, ...]
+    coefficients: np.ndarray  # float64, shape (len(partitions), chunks)
+    chunks: int = 1
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        shape = (len(self.partitions), self.chunks)
+        if self.coefficients.shape != shape:
+            raise PlanError(
+                f"worker plan coefficients have shape {self.coefficients.shape}, expected {shape}"
+            )
+
+    @staticmethod
+    def summing(partitions: tuple[int, ...], weights: tuple[float, ...] | None = None) -> WorkerPlan:
+        """A plan that sends Σ_j w_j g_j (w_j = 1 by default), one chunk."""
+        w = np.ones(len(partitions)) if weights is None else np.asarray(weights, dtype=np.float64)
+        return WorkerPlan(partitions=partitions, coefficients=w.reshape(-1, 1).astype(np.float64))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a policy decides up front for n workers and k partitions."""
+
+    n_workers: int
+    n_partitions: int
+    workers: tuple[WorkerPlan, ...]
+
+    def load(self, worker: int) -> float:
+        """Computation load of a worker: its number of partitions / k."""
+        return len(self.workers[worker].partitions) / self.n_partitions
+
+    def payload_length(self, worker: int, dim: int) -> int:
+        chunks = self.workers[worker].chunks
+        return -(-dim // chunks)
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """What the coordinator does at the start of a round."""
+
+    round: int
+    workers: tuple[int, ...]  # the workers to send θ_t to
+    params: Mapping[str, float] = field(default_factory=dict)  # sent with θ_t
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A decoded gradient estimate of g = Σ_j g_j."""
+
+    gradient: np.ndarray  # float64, length dim
+    workers_used: tuple[int, ...]
+    exact: bool
+    residual: float = 0.0  # max |aᵀB_F − 1ᵀ| of the decoding system, 0 when trivial
+
+
+@dataclass(frozen=True)
+class Param:
+    """A policy parameter as shown by ``codedgd policies`` and checked on input."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+
+
+class Policy(ABC):
+    """Base class of every aggregation policy (see the module docstring)."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    parameters: ClassVar[tuple[Param, ...]] = ()
+    exact: ClassVar[bool]
+
+    @abstractmethod
+    def plan(self, n_workers: int, n_partitions: int) -> Plan:
+        """Decide partitions and encodings; raise PlanError if n does not fit the code."""
+
+    @abstractmethod
+    def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
+        """Reset per-round state; say whom to contact for round t."""
+
+    @abstractmethod
+    def offer(self, worker: int, payload: np.ndarray | None) -> bool:
+        """Record an arrival (None: the worker chose not to upload); True once decodable."""
+
+    @abstractmethod
+    def decode(self) -> Estimate:
+        """Return the estimate of Σ_j g_j from the arrivals so far (requires decodable)."""
+
+    @abstractmethod
+    def feasible(self, outstanding: frozenset[int]) -> bool:
+        """Could this round still become decodable if (only) ``outstanding`` arrive?
+
+        The coordinator asks when a worker is lost mid-round; False fails the round.
+        """
+
+    def default_partitions(self, n_workers: int) -> int:
+        """Number of partitions k the policy wants for n workers (k = n unless said)."""
+        return n_workers
+
+
+def check_n(n_workers: int, n_partitions: int, *, min_workers: int = 1) -> None:
+    if n_workers < min_workers:
+        raise PlanError(f"need at least {min_workers} worker(s), got n={n_workers}")
+    if n_partitions < 1:
+        raise PlanError(f"need at least one partition, got k={n_partitions}")
