@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import re
-
-
 import tempfile
 from pathlib import Path
 
@@ -60,7 +58,6 @@ def main() -> None:
             f.unlink()
     for path in generate(args.out):
         print(path.relative_to(args.out.parent) if args.out.parent in path.parents else path)
-
 
 
 if __name__ == "__main__":

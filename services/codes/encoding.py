@@ -43,4 +43,5 @@ def encode(gradients: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
     padded = np.zeros((p, length * chunks), dtype=np.float64)
     padded[:, :dim] = gradients
     blocks = padded.reshape(p, chunks, length)
-    return np.einsum("pu,pul->l", coefficients, blocks)
+    out: np.ndarray = np.einsum("pu,pul->l", coefficients, blocks)
+    return out

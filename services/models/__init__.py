@@ -1,0 +1,98 @@
+"""Gradient oracles by name, and the training objective the coordinator reports.
+
+Users pick a model with ``[model] name = "logistic"`` and its options (``l2``);
+:func:`create_model` checks both and names the valid choices on a mistake.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from services.data.dataset import Matrix
+from services.errors import ConfigError
+from services.models.base import Model
+from services.models.least_squares import LeastSquares
+from services.models.logistic import LogisticRegression, roc_auc
+
+__all__ = [
+    "MODELS",
+    "LeastSquares",
+    "LogisticRegression",
+    "Model",
+    "create_model",
+    "objective",
+    "objective_smoothness",
+    "roc_auc",
+]
+
+MODELS: dict[str, str] = {
+    "logistic": "binary logistic regression, labels {0,1}; metric ROC AUC (higher is better)",
+    "least-squares": "linear least squares ½Σ(xᵀθ − y)²; metric MSE (lower is better)",
+}
+
+_CLASSES: dict[str, type[LogisticRegression] | type[LeastSquares]] = {
+    "logistic": LogisticRegression,
+    "least-squares": LeastSquares,
+}
+
+# Options every model accepts, with a one-line meaning for error messages.
+_OPTIONS: dict[str, str] = {"l2": "L2 regularisation λ >= 0 of the objective (default 0)"}
+
+
+def create_model(name: str, options: Mapping[str, Any] | None = None) -> Model:
+    """Build a model by name; ``options`` may hold ``l2`` (a number >= 0, or a numeric string)."""
+    cls = _CLASSES.get(name)
+    if cls is None:
+        near = difflib.get_close_matches(str(name), MODELS, n=2)
+        hint = f" Did you mean {' or '.join(near)}?" if near else ""
+        raise ConfigError(
+            f"unknown model {name!r}.{hint} Valid models: {', '.join(MODELS)}"
+        )
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(_OPTIONS))
+    if unknown:
+        valid = "; ".join(f"{k}: {v}" for k, v in _OPTIONS.items())
+        raise ConfigError(
+            f"model {name!r} has no option(s) {', '.join(map(repr, unknown))}; valid options: {valid}"
+        )
+    l2 = _nonnegative_float(name, "l2", opts.get("l2", 0.0))
+    return cls(l2=l2)
+
+
+def _nonnegative_float(model: str, key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        number = math.nan
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+    if not (math.isfinite(number) and number >= 0.0):
+        raise ConfigError(f"model {model!r}: {key} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def objective(model: Model, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:
+    """F(θ) = (1/N) Σ_i ℓ(x_i, y_i; θ) + (λ/2)‖θ‖², the objective the coordinator reports.
+
+    Its gradient is grad_sum/N + λθ: the coordinator divides the decoded sum by N
+    (the training rows) and adds λθ, exactly as here.
+    """
+    n = int(X.shape[0])
+    if n == 0:
+        raise ConfigError("cannot evaluate the objective on a dataset with no rows")
+    theta = np.asarray(theta, dtype=np.float64)
+    return model.loss_sum(theta, X, y) / n + 0.5 * model.l2 * float(theta @ theta)
+
+
+def objective_smoothness(model: Model, X: Matrix) -> float:
+    """L of F: smoothness(X)/N + λ; ``lr = "auto"`` uses the step 1/L."""
+    n = int(X.shape[0])
+    if n == 0:
+        raise ConfigError("cannot compute a smoothness constant on a dataset with no rows")
+    return model.smoothness(X) / n + model.l2

@@ -49,7 +49,9 @@ class WorkerPlan:
             )
 
     @staticmethod
-    def summing(partitions: tuple[int, ...], weights: tuple[float, ...] | None = None) -> WorkerPlan:
+    def summing(
+        partitions: tuple[int, ...], weights: tuple[float, ...] | None = None
+    ) -> WorkerPlan:
         """A plan that sends Σ_j w_j g_j (w_j = 1 by default), one chunk."""
         w = np.ones(len(partitions)) if weights is None else np.asarray(weights, dtype=np.float64)
         return WorkerPlan(partitions=partitions, coefficients=w.reshape(-1, 1).astype(np.float64))

@@ -1,0 +1,139 @@
+"""The Python client of a running coordinator: submit, watch, status, cancel.
+
+Public types are dataclasses (:class:`JobConfig`, :class:`RoundRecord`,
+:class:`JobState`); protobuf stays behind this module::
+
+    async with Client("127.0.0.1:50051") as client:
+        job_id = await client.submit(JobConfig(workers=4, rounds=50))
+        async for record in client.watch(job_id):
+            print(record.round, record.loss)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import TracebackType
+
+import grpc
+from grpc import aio
+
+from services.errors import CodedGDError, ConfigError, JobFailed
+from services.job import JobConfig
+from services.proto import codedgd_pb2 as pb
+from services.proto import codedgd_pb2_grpc as pb_grpc
+from services.reports import RoundRecord
+from services.security import Security
+from services.wire import GRPC_OPTIONS
+
+
+class CoordinatorUnavailable(CodedGDError):
+    """The coordinator cannot be reached (wrong address, not running, TLS mismatch)."""
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    state: str  # queued | assigning | running | done | failed | cancelled
+    round: int
+    rounds: int
+    error: str
+    loss: float
+    metric: float
+    metric_name: str
+
+
+@dataclass(frozen=True)
+class CoordinatorStatus:
+    jobs: tuple[JobState, ...]
+    workers_connected: int
+    workers: tuple[str, ...]
+
+
+class Client:
+    """An async client of one coordinator."""
+
+    def __init__(self, target: str, security: Security | None = None) -> None:
+        self.target = target
+        self.security = security or Security()
+        self._channel = self.security.channel(target, options=GRPC_OPTIONS)
+        self._stub = pb_grpc.CoordinatorStub(self._channel)
+        self._md = self.security.metadata()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def submit(self, config: JobConfig) -> str:
+        """Queue a job; returns its id. Raises ConfigError when the coordinator refuses it."""
+        try:
+            reply = await self._stub.SubmitJob(
+                pb.SubmitJobRequest(job_json=config.to_json()), metadata=self._md
+            )
+        except aio.AioRpcError as exc:
+            raise self._error(exc) from None
+        return str(reply.job_id)
+
+    async def watch(self, job_id: str) -> AsyncIterator[RoundRecord]:
+        """Every round of the job from the first; raises JobFailed if the job fails."""
+        try:
+            async for report in self._stub.WatchJob(pb.JobRef(job_id=job_id), metadata=self._md):
+                yield RoundRecord.from_pb(report)
+        except aio.AioRpcError as exc:
+            raise self._error(exc) from None
+
+    async def status(self, job_id: str = "") -> CoordinatorStatus:
+        try:
+            reply = await self._stub.GetStatus(pb.StatusRequest(job_id=job_id), metadata=self._md)
+        except aio.AioRpcError as exc:
+            raise self._error(exc) from None
+        jobs = tuple(
+            JobState(
+                j.job_id,
+                j.state,
+                int(j.round),
+                int(j.rounds),
+                j.error,
+                j.loss,
+                j.metric,
+                j.metric_name,
+            )
+            for j in reply.jobs
+        )
+        return CoordinatorStatus(jobs, int(reply.workers_connected), tuple(reply.workers))
+
+    async def cancel(self, job_id: str) -> bool:
+        try:
+            reply = await self._stub.CancelJob(pb.JobRef(job_id=job_id), metadata=self._md)
+        except aio.AioRpcError as exc:
+            raise self._error(exc) from None
+        return bool(reply.cancelled)
+
+    def _error(self, exc: aio.AioRpcError) -> CodedGDError:
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return ConfigError(details)
+        if code in (grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED):
+            return JobFailed(details)
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return CoordinatorUnavailable(
+                f"cannot reach the coordinator at {self.target} ({details}); is it running, "
+                "and do --tls-ca / the address match how it serves?"
+            )
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return CodedGDError(details)
+        if code == grpc.StatusCode.NOT_FOUND:
+            return CodedGDError(details)
+        return CodedGDError(f"coordinator error {code.name}: {details}")
+
+
+def is_nan(x: float) -> bool:
+    return isinstance(x, float) and math.isnan(x)

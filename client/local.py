@@ -1,0 +1,117 @@
+"""`codedgd run`: a coordinator and N worker processes on this machine, one job.
+
+The coordinator runs in this process on an ephemeral loopback port with a fresh
+random token, so no other process on the machine can join; the workers are
+separate OS processes (``python -m client.cli worker``), exactly as on a cluster,
+each limited to one BLAS thread so n workers share the cores fairly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from services.coordinator.server import CoordinatorServer
+from services.errors import JobFailed
+from services.job import JobConfig
+from services.reports import RoundRecord
+from services.security import TOKEN_ENV, Security
+
+SINGLE_THREAD_ENV = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+}
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    job_id: str
+    state: str
+    error: str
+    records: tuple[RoundRecord, ...]
+    theta: list[float] | None
+
+
+async def run_local(
+    config: JobConfig,
+    *,
+    data_dir: str | None = None,
+    on_record: Callable[[RoundRecord], None] | None = None,
+    on_status: Callable[[str], None] | None = None,
+    metrics_port: int | None = None,
+    worker_log: str | None = None,
+    startup_timeout: float = 120.0,
+) -> LocalRun:
+    """Run one job locally and return its records; raises JobFailed if the job fails."""
+    token = secrets.token_hex(16)
+    security = Security(token=token)
+    server = await CoordinatorServer.start(
+        "127.0.0.1:0",
+        security=security,
+        metrics_port=metrics_port,
+        data_dir=data_dir,
+        assign_timeout=startup_timeout,
+    )
+    procs: list[asyncio.subprocess.Process] = []
+    log_file = open(worker_log, "ab") if worker_log else None  # noqa: SIM115
+    try:
+        job = server.service.submit(config)
+        job.on_record = on_record
+        env = {**os.environ, **SINGLE_THREAD_ENV, TOKEN_ENV: token}
+        sink = log_file if log_file is not None else asyncio.subprocess.DEVNULL
+        for i in range(config.workers):
+            args = [
+                sys.executable,
+                "-m",
+                "client.cli",
+                "worker",
+                "--coordinator",
+                f"127.0.0.1:{server.port}",
+                "--name",
+                f"local-{i}",
+                "--no-reconnect",
+            ]
+            if data_dir:
+                args += ["--data-dir", data_dir]
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    *args, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=sink
+                )
+            )
+        if on_status is not None:
+            on_status(f"started {config.workers} worker processes")
+        while not job.finished:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(job.wait_change(), timeout=1.0)
+            dead = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+            if dead and job.state in ("queued", "assigning"):
+                # A worker that dies before the job starts never joins: fail fast.
+                job.error = (
+                    f"worker process(es) {dead} exited with code "
+                    f"{procs[dead[0]].returncode} before the job started"
+                    + (f"; see {worker_log}" if worker_log else "; rerun with --worker-log FILE")
+                )
+                server.service.cancel(job.id)
+        theta = job.theta.tolist() if job.theta is not None else None
+        result = LocalRun(job.id, job.state, job.error, tuple(job.records), theta)
+    finally:
+        await server.stop()
+        for p in procs:
+            try:
+                await asyncio.wait_for(p.wait(), timeout=10)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                await p.wait()
+        if log_file is not None:
+            log_file.close()
+    if result.state != "done":
+        raise JobFailed(f"job {result.job_id} {result.state}: {result.error}")
+    return result

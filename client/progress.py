@@ -1,0 +1,45 @@
+"""The live progress bar of `codedgd run` / `codedgd submit --watch` (tqdm)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from tqdm import tqdm
+
+from services.reports import RoundRecord
+
+
+class Progress:
+    """round / rounds, loss, held-out metric and round time, on stderr."""
+
+    def __init__(self, rounds: int, *, enabled: bool = True) -> None:
+        self._bar = tqdm(
+            total=rounds,
+            unit="round",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=not enabled,
+            desc="training",
+        )
+        self._loss = math.nan
+        self._metric = math.nan
+
+    def status(self, text: str) -> None:
+        self._bar.set_description_str(text)
+
+    def update(self, record: RoundRecord) -> None:
+        if not math.isnan(record.loss):
+            self._loss = record.loss
+        if not math.isnan(record.metric):
+            self._metric = record.metric
+        self._bar.set_description_str("training")
+        self._bar.set_postfix_str(
+            f"loss={self._loss:.5g} {record.metric_name}={self._metric:.4f} "
+            f"round={record.round_seconds * 1e3:.0f}ms used={len(record.workers_used)}",
+            refresh=False,
+        )
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()

@@ -1,0 +1,114 @@
+"""Prometheus metrics of the coordinator (one registry per coordinator instance).
+
+Names carry their units; no label takes unbounded values (never a round
+number or a job id): workers are labelled by their plan index, bounded by n.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+ROUND_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
+
+
+class CoordinatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.round_duration = Histogram(
+            "codedgd_round_duration_seconds",
+            "Time of one round, broadcast to step done.",
+            ["policy"],
+            buckets=ROUND_BUCKETS,
+            registry=r,
+        )
+        self.wait_duration = Histogram(
+            "codedgd_round_wait_seconds",
+            "Time from broadcast until the policy could decode.",
+            ["policy"],
+            buckets=ROUND_BUCKETS,
+            registry=r,
+        )
+        self.decode_duration = Histogram(
+            "codedgd_decode_duration_seconds",
+            "Time to decode a round's gradient.",
+            ["policy"],
+            buckets=ROUND_BUCKETS,
+            registry=r,
+        )
+        self.worker_compute = Histogram(
+            "codedgd_worker_compute_seconds",
+            "Compute time reported by a worker for a round.",
+            ["worker"],
+            buckets=ROUND_BUCKETS,
+            registry=r,
+        )
+        self.worker_response = Histogram(
+            "codedgd_worker_response_seconds",
+            "Time from broadcast until a worker's result arrived.",
+            ["worker"],
+            buckets=ROUND_BUCKETS,
+            registry=r,
+        )
+        self.stragglers = Counter(
+            "codedgd_stragglers_total",
+            "Workers not used in a round, by reason (cancelled, late_dropped, lost, rejected).",
+            ["reason"],
+            registry=r,
+        )
+        self.gradient_bytes = Counter(
+            "codedgd_gradient_bytes_total",
+            "Bytes of θ sent (down) and results received (up).",
+            ["direction"],
+            registry=r,
+        )
+        self.rounds = Counter("codedgd_rounds_total", "Rounds completed.", ["policy"], registry=r)
+        self.uploads = Counter("codedgd_uploads_total", "Worker results received.", registry=r)
+        self.computations = Counter(
+            "codedgd_computations_total",
+            "Gradient computations requested from workers.",
+            registry=r,
+        )
+        self.decode_errors = Counter(
+            "codedgd_decode_errors_total",
+            "Rounds whose decoding failed (residual, infeasible).",
+            registry=r,
+        )
+        self.round = Gauge("codedgd_round", "Current round of the running job.", registry=r)
+        self.loss = Gauge(
+            "codedgd_loss", "Training objective after the last evaluated round.", registry=r
+        )
+        self.metric = Gauge(
+            "codedgd_heldout_metric",
+            "Held-out metric (AUC or MSE) after the last evaluated round.",
+            ["name"],
+            registry=r,
+        )
+        self.workers_connected = Gauge(
+            "codedgd_workers_connected", "Workers with an open stream.", registry=r
+        )
+        self.jobs = Counter(
+            "codedgd_jobs_total", "Jobs finished, by final state.", ["state"], registry=r
+        )
+        self.job_info = Info(
+            "codedgd_job", "The running job's policy, model and dataset.", registry=r
+        )

@@ -1,0 +1,504 @@
+"""One job on the coordinator: assignment, then the round loop.
+
+Round t: ``policy.begin_round`` says whom to contact; θ_t is serialized once
+and the same bytes are queued for each of those workers; every arriving result
+is checked (round, shape, dtype) and offered to the policy until it can decode;
+the workers still busy get Cancel{t}; the estimate is decoded (in a thread for
+large ℓ), the optimizer steps, and a :class:`RoundRecord` is published.
+
+A result of an earlier round is counted and dropped, never mixed in. A worker
+that sends a malformed result is disconnected and treated as lost. When a lost
+worker makes the round undecodable (``policy.feasible``), the job fails with an
+error naming the worker: the coordinator keeps serving other jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.sessions import Sessions, WorkerSession
+from services.data.dataset import Dataset, Matrix, partition_rows, take_rows
+from services.errors import CodedGDError, ConfigError, DecodeError, JobFailed, WireError
+from services.job import JobConfig
+from services.models.base import Model
+from services.policies.base import Estimate, Plan, Policy
+from services.proto import codedgd_pb2 as pb
+from services.reports import RoundRecord
+from services.wire import DEFAULT_CHUNK_BYTES, Assembler, tensor_chunks
+
+log = logging.getLogger("codedgd.coordinator")
+
+DECODE_IN_THREAD_DIM = 50_000
+
+
+@dataclass
+class _Arrival:
+    worker: int
+    result: pb.Result
+    payload: np.ndarray | None  # assembled payload (None for a skipped upload)
+    received: float
+
+
+@dataclass
+class _Lost:
+    worker: int
+    reason: str
+
+
+@dataclass
+class Prepared:
+    """What a job needs before its first round (built off the event loop)."""
+
+    dataset: Dataset
+    model: Model
+    policy: Policy
+    plan: Plan
+    blocks: list[np.ndarray]
+    lr: float
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one round produced, before the step."""
+
+    estimate: Estimate
+    wait_seconds: float
+    decode_seconds: float
+    compute_max: float
+    bytes_up: int
+    bytes_down: int
+    uploads: int
+    computations: int
+    cancelled: int
+    late: int
+
+
+@dataclass
+class _Partial:
+    round: int
+    assembler: Assembler
+    first: pb.Result
+
+
+@dataclass
+class JobRun:
+    """A submitted job and its state, watched by clients."""
+
+    id: str
+    config: JobConfig
+    sessions: Sessions
+    metrics: CoordinatorMetrics
+    data_dir: str | None = None
+    assign_timeout: float = 120.0
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    state: str = "queued"
+    error: str = ""
+    round: int = 0
+    records: list[RoundRecord] = field(default_factory=list)
+    theta: np.ndarray | None = None
+    on_record: Callable[[RoundRecord], None] | None = None
+    _workers: list[WorkerSession] = field(default_factory=list)
+    _events: asyncio.Queue[_Arrival | _Lost] = field(default_factory=asyncio.Queue)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _partials: dict[int, _Partial] = field(default_factory=dict)
+    _payload_len: list[int] = field(default_factory=list)
+    _lost: set[int] = field(default_factory=set)
+    _current_round: int = -1
+    _late: int = 0
+    _bytes_up: int = 0
+    _acks: dict[int, asyncio.Future[str]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ events from sessions
+
+    def deliver(self, session: WorkerSession, result: pb.Result, nbytes: int) -> None:
+        """A Result message from a worker of this job (called by the stream reader)."""
+        worker = session.index
+        self._bytes_up += nbytes
+        self.metrics.gradient_bytes.labels("up").inc(nbytes)
+        if result.round < self._current_round:
+            self._partials.pop(worker, None)
+            self._late += 1
+            self.metrics.stragglers.labels("late_dropped").inc()
+            return
+        if result.round > self._current_round:
+            raise WireError(
+                f"result for round {result.round} but round {self._current_round} is running"
+            )
+        if result.skipped:
+            self._events.put_nowait(_Arrival(worker, result, None, time.perf_counter()))
+            return
+        partial = self._partials.get(worker)
+        if partial is None or partial.round != result.round or result.payload.index == 0:
+            partial = _Partial(
+                int(result.round),
+                Assembler("gradient", dtype="<f8", shape=(self._payload_len[worker],)),
+                result,
+            )
+            self._partials[worker] = partial
+        payload = partial.assembler.add(result.payload)  # raises WireError on a bad message
+        if payload is not None:
+            del self._partials[worker]
+            self._events.put_nowait(_Arrival(worker, partial.first, payload, time.perf_counter()))
+
+    def ack(self, session: WorkerSession, ack: pb.AssignmentAck) -> None:
+        future = self._acks.get(session.index)
+        if future is not None and not future.done() and ack.job_id == self.id:
+            future.set_result(ack.error)
+
+    def lose(self, session: WorkerSession, reason: str) -> None:
+        """A worker of this job disconnected, failed, or was thrown out."""
+        if session.index in self._lost:
+            return
+        self._lost.add(session.index)
+        self.metrics.stragglers.labels("lost").inc()
+        future = self._acks.get(session.index)
+        if future is not None and not future.done():
+            future.set_result(f"disconnected: {reason}")
+        self._events.put_nowait(_Lost(session.index, reason))
+
+    # ------------------------------------------------------------ watchers
+
+    async def wait_change(self) -> None:
+        await self._changed.wait()
+
+    def _publish(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "failed", "cancelled")
+
+    # ------------------------------------------------------------ the job
+
+    async def run(self) -> None:
+        try:
+            self.state = "assigning"
+            self._publish()
+            prepared = await asyncio.to_thread(prepare, self.config, self.data_dir)
+            await self._assign(prepared)
+            self.state = "running"
+            self._publish()
+            await self._rounds(prepared)
+            self.state = "done"
+        except asyncio.CancelledError:
+            self.state = "cancelled"
+            self.error = self.error or "cancelled by a client"
+        except CodedGDError as exc:
+            self.state = "failed"
+            self.error = str(exc)
+            log.error("job %s failed: %s", self.id, exc)
+        except Exception as exc:  # a bug: report it instead of hanging watchers
+            self.state = "failed"
+            self.error = f"internal error: {type(exc).__name__}: {exc}"
+            log.exception("job %s crashed", self.id)
+        finally:
+            self._release()
+            self.metrics.jobs.labels(self.state).inc()
+            self._publish()
+
+    def _release(self) -> None:
+        end = pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id, reason=self.state))
+        for s in self._workers:
+            s.send(end)
+            s.job_id = None
+            s.index = -1
+
+    async def _assign(self, prepared: Prepared) -> None:
+        n = self.config.workers
+        try:
+            self._workers = await self.sessions.wait_idle(n, self.assign_timeout)
+        except TimeoutError:
+            raise JobFailed(
+                f"the job needs {n} workers but only {len(self.sessions.idle())} idle worker(s) "
+                f"connected within {self.assign_timeout:.0f} s: start more workers "
+                f"(codedgd worker --coordinator ...) or lower job.workers"
+            ) from None
+        plan = prepared.plan
+        dim = prepared.dataset.dim
+        self._payload_len = [plan.payload_length(i, dim) for i in range(n)]
+        job_json = self.config.to_json()
+        loop = asyncio.get_running_loop()
+        for index, session in enumerate(self._workers):
+            session.job_id = self.id
+            session.index = index
+            self._acks[index] = loop.create_future()
+        for index, session in enumerate(self._workers):
+            wp = plan.workers[index]
+            coeff = next(tensor_chunks("coefficients", wp.coefficients.astype(np.float64)))
+            session.send(
+                pb.CoordinatorMessage(
+                    assignment=pb.Assignment(
+                        job_id=self.id,
+                        worker_index=index,
+                        n_workers=n,
+                        job_json=job_json,
+                        partitions=list(wp.partitions),
+                        coefficients=coeff,
+                        chunks=wp.chunks,
+                        dim=dim,
+                        inline_data=True,
+                        options=dict(wp.options),
+                        n_partitions=plan.n_partitions,
+                    )
+                )
+            )
+            for p in wp.partitions:
+                rows = prepared.blocks[p]
+                for message in _partition_messages(
+                    self.id,
+                    p,
+                    take_rows(prepared.dataset.X_train, rows),
+                    prepared.dataset.y_train[rows],
+                    self.chunk_bytes,
+                ):
+                    session.send(message)
+                    await asyncio.sleep(0)
+            session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.id)))
+        for index, future in self._acks.items():
+            try:
+                error = await asyncio.wait_for(future, timeout=self.assign_timeout)
+            except TimeoutError:
+                error = f"no acknowledgement within {self.assign_timeout:.0f} s"
+            if error:
+                raise JobFailed(f"{self._workers[index].label} cannot take its assignment: {error}")
+
+    async def _rounds(self, prepared: Prepared) -> None:
+        from services.models import objective
+        from services.optim import create_optimizer
+
+        cfg = self.config
+        ds, model, policy = prepared.dataset, prepared.model, prepared.policy
+        opt_options = dict(cfg.optimizer)
+        opt_options["lr"] = prepared.lr
+        optimizer = create_optimizer(opt_options, np.zeros(ds.dim))
+        n_rows = ds.n_train
+        policy_label = policy.name
+        wall = 0.0
+        self.metrics.job_info.info(
+            {
+                "job_id": self.id,
+                "policy": policy.name,
+                "model": cfg.model.name,
+                "dataset": cfg.data.name,
+                "workers": str(cfg.workers),
+            }
+        )
+        for t in range(cfg.rounds):
+            self.round = t
+            self.metrics.round.set(t)
+            point = optimizer.point()
+            round_start = time.perf_counter()
+            out = await self._one_round(t, point, policy)
+            estimate = out.estimate
+            grad = estimate.gradient / n_rows + model.l2 * point
+            optimizer.update(grad)
+            round_s = time.perf_counter() - round_start
+            wall += round_s
+            self.theta = optimizer.theta
+            loss = metric = math.nan
+            if t % cfg.eval_every == 0 or t == cfg.rounds - 1:
+                theta = optimizer.theta
+                loss, metric = await asyncio.to_thread(_evaluate, model, theta, ds, objective)
+                self.metrics.loss.set(loss)
+                self.metrics.metric.labels(model.metric_name).set(metric)
+            record = RoundRecord(
+                round=t,
+                wall_seconds=wall,
+                round_seconds=round_s,
+                wait_seconds=out.wait_seconds,
+                decode_seconds=out.decode_seconds,
+                compute_seconds_max=out.compute_max,
+                loss=loss,
+                metric=metric,
+                metric_name=model.metric_name,
+                workers_used=tuple(sorted(estimate.workers_used)),
+                exact=estimate.exact,
+                decode_residual=estimate.residual,
+                bytes_up=out.bytes_up,
+                bytes_down=out.bytes_down,
+                uploads=out.uploads,
+                computations=out.computations,
+                cancelled=out.cancelled,
+                late_dropped=out.late,
+            )
+            wait_s, decode_s = out.wait_seconds, out.decode_seconds
+            self.metrics.round_duration.labels(policy_label).observe(round_s)
+            self.metrics.wait_duration.labels(policy_label).observe(wait_s)
+            self.metrics.decode_duration.labels(policy_label).observe(decode_s)
+            self.metrics.rounds.labels(policy_label).inc()
+            self.records.append(record)
+            if self.on_record is not None:
+                self.on_record(record)
+            self._publish()
+            if cfg.target_loss is not None and not math.isnan(loss) and loss <= cfg.target_loss:
+                log.info("job %s reached target loss %.6g at round %d", self.id, loss, t)
+                break
+
+    async def _one_round(self, t: int, point: np.ndarray, policy: Policy) -> _Outcome:
+        spec = policy.begin_round(t, point)
+        self._current_round = t
+        self._late = 0
+        self._bytes_up = 0
+        contacted = [w for w in spec.workers if w not in self._lost]
+        outstanding = set(contacted)
+        if not policy.feasible(frozenset(outstanding)):
+            raise JobFailed(self._infeasible_message(t, policy))
+        # Serialize θ_t once; the same bytes go to every contacted worker.
+        frames = []
+        for i, chunk in enumerate(tensor_chunks("theta", point, self.chunk_bytes)):
+            start = pb.RoundStart(
+                job_id=self.id, round=t, theta=chunk, params=dict(spec.params) if i == 0 else {}
+            )
+            frames.append(pb.CoordinatorMessage(round=start).SerializeToString())
+        frame_bytes = sum(len(f) for f in frames)
+        sent_at = time.perf_counter()
+        for w in contacted:
+            for frame in frames:
+                self._workers[w].send(frame)
+        bytes_down = frame_bytes * len(contacted)
+        self.metrics.gradient_bytes.labels("down").inc(bytes_down)
+        self.metrics.computations.inc(len(contacted))
+        compute_max = 0.0
+        uploads = 0
+        deadline = sent_at + self.config.round_timeout
+        decodable = not outstanding and policy.feasible(frozenset())
+        while not decodable:
+            remaining = deadline - time.perf_counter()
+            try:
+                event = await asyncio.wait_for(self._events.get(), timeout=max(remaining, 0.0))
+            except TimeoutError:
+                raise JobFailed(
+                    f"round {t} was not decodable within job.round_timeout="
+                    f"{self.config.round_timeout:g} s; still waiting for workers "
+                    f"{sorted(outstanding)}"
+                ) from None
+            if isinstance(event, _Lost):
+                outstanding.discard(event.worker)
+                if not policy.feasible(frozenset(outstanding)):
+                    raise JobFailed(
+                        f"worker {event.worker} was lost in round {t} ({event.reason}); "
+                        + self._infeasible_message(t, policy)
+                    )
+                continue
+            if event.result.round != t:
+                self._late += 1  # completed after its round had decoded: dropped
+                self.metrics.stragglers.labels("late_dropped").inc()
+                continue
+            if event.worker not in outstanding:
+                continue
+            outstanding.discard(event.worker)
+            uploads += 1
+            self.metrics.uploads.inc()
+            label = str(event.worker)
+            self.metrics.worker_compute.labels(label).observe(event.result.compute_seconds)
+            self.metrics.worker_response.labels(label).observe(event.received - sent_at)
+            compute_max = max(compute_max, event.result.compute_seconds)
+            decodable = policy.offer(event.worker, event.payload)
+        decodable_at = time.perf_counter()
+        cancel = pb.CoordinatorMessage(
+            cancel=pb.Cancel(job_id=self.id, round=t)
+        ).SerializeToString()
+        for w in outstanding:
+            self._workers[w].send(cancel)
+        self.metrics.stragglers.labels("cancelled").inc(len(outstanding))
+        try:
+            if point.shape[0] >= DECODE_IN_THREAD_DIM:
+                estimate = await asyncio.to_thread(policy.decode)
+            else:
+                estimate = policy.decode()
+        except DecodeError as exc:
+            self.metrics.decode_errors.inc()
+            raise JobFailed(f"round {t}: decoding failed: {exc}") from None
+        decode_s = time.perf_counter() - decodable_at
+        return _Outcome(
+            estimate=estimate,
+            wait_seconds=decodable_at - sent_at,
+            decode_seconds=decode_s,
+            compute_max=compute_max,
+            bytes_up=self._bytes_up,
+            bytes_down=bytes_down,
+            uploads=uploads,
+            computations=len(contacted),
+            cancelled=len(outstanding),
+            late=self._late,
+        )
+
+    def _infeasible_message(self, t: int, policy: Policy) -> str:
+        lost = ", ".join(self._workers[w].label for w in sorted(self._lost)) or "none"
+        return (
+            f"policy {policy.name!r} cannot decode round {t} without the lost worker(s) "
+            f"[{lost}]. Use a straggler-tolerant policy (e.g. ignore-stragglers, frc, cyclic) "
+            "or restart the job with all workers up."
+        )
+
+
+def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
+    """Load data, build model and policy, plan, and choose the step size (blocking)."""
+    from services.data import load_dataset
+    from services.models import create_model
+    from services.policies import create
+
+    policy = create(config.policy.name, config.policy.options, seed=config.seed)
+    model = create_model(config.model.name, config.model.options)
+    n = config.workers
+    k = config.partitions or policy.default_partitions(n)
+    plan = policy.plan(n, k)  # before loading data: a wrong n fails fast
+    dataset = load_dataset(
+        config.data.name, config.data.options, seed=config.seed, data_dir=data_dir
+    )
+    if k > dataset.n_train:
+        raise ConfigError(f"{k} partitions but only {dataset.n_train} training rows")
+    blocks = partition_rows(dataset.n_train, k, config.seed)
+    lr = choose_lr(config, model, dataset.X_train)
+    return Prepared(dataset, model, policy, plan, blocks, lr)
+
+
+def choose_lr(config: JobConfig, model: Model, X: Matrix) -> float:
+    """The step size: a number, or "auto" = 1/L for the objective (1/N)Σℓ + (λ/2)‖θ‖²."""
+    lr = config.optimizer.get("lr", "auto")
+    if lr == "auto":
+        smooth = float(model.smoothness(X)) / int(X.shape[0]) + float(model.l2)
+        return 1.0 / smooth
+    if isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0:
+        raise ConfigError(f'optimizer.lr must be a positive number or "auto", got {lr!r}')
+    return float(lr)
+
+
+def _evaluate(
+    model: Model, theta: np.ndarray, ds: Dataset, objective: Callable[..., float]
+) -> tuple[float, float]:
+    loss = float(objective(model, theta, ds.X_train, ds.y_train))
+    metric = float(model.metric(theta, ds.X_test, ds.y_test))
+    return loss, metric
+
+
+def _partition_messages(
+    job_id: str, partition: int, X: Matrix, y: np.ndarray, chunk_bytes: int
+) -> list[pb.CoordinatorMessage]:
+    import scipy.sparse as sp
+
+    tensors: list[tuple[str, np.ndarray]] = [("y", np.asarray(y, dtype=np.float64))]
+    if sp.issparse(X):
+        csr = sp.csr_matrix(X)
+        tensors += [
+            ("X.data", csr.data.astype(np.float64)),
+            ("X.indices", csr.indices.astype(np.int32)),
+            ("X.indptr", csr.indptr.astype(np.int64)),
+            ("X.shape", np.asarray(csr.shape, dtype=np.int64)),
+        ]
+    else:
+        tensors.append(("X", np.asarray(X, dtype=np.float64)))
+    return [
+        pb.CoordinatorMessage(data=pb.PartitionData(job_id=job_id, partition=partition, chunk=c))
+        for key, array in tensors
+        for c in tensor_chunks(key, array, chunk_bytes)
+    ]

@@ -1,0 +1,309 @@
+"""The coordinator's gRPC service: worker streams and the client RPCs.
+
+Jobs run one at a time in submission order; each takes the first n idle
+workers. A job that fails (bad data, a lost worker its policy cannot tolerate,
+a round timeout) fails alone: the coordinator keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.runner import JobRun
+from services.coordinator.sessions import Sessions, WorkerSession
+from services.errors import CodedGDError, WireError
+from services.job import JobConfig
+from services.proto import codedgd_pb2 as pb
+
+log = logging.getLogger("codedgd.coordinator")
+PROTOCOL = "codedgd.v1"
+VERSION = "0.1.0"
+HELLO_TIMEOUT = 10.0
+MAX_KEPT_JOBS = 50
+
+
+class CoordinatorService:
+    """Implements codedgd.v1.Coordinator."""
+
+    def __init__(
+        self,
+        *,
+        metrics: CoordinatorMetrics | None = None,
+        data_dir: str | None = None,
+        assign_timeout: float = 120.0,
+        chunk_bytes: int | None = None,
+    ) -> None:
+        self.metrics = metrics or CoordinatorMetrics()
+        self.data_dir = data_dir
+        self.assign_timeout = assign_timeout
+        self.chunk_bytes = chunk_bytes
+        self.sessions = Sessions(on_change=self.metrics.workers_connected.set)
+        self.jobs: OrderedDict[str, JobRun] = OrderedDict()
+        self._queue: asyncio.Queue[JobRun] = asyncio.Queue()
+        self._current: JobRun | None = None
+        self._current_task: asyncio.Task[None] | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._job_loop())
+
+    async def stop(self, reason: str = "coordinator shutting down") -> None:
+        """Cancel the running job and tell every worker to leave."""
+        self._stopping = True
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        if self._current_task is not None and not self._current_task.done():
+            self._current_task.cancel()
+            await asyncio.gather(self._current_task, return_exceptions=True)
+        bye = pb.CoordinatorMessage(shutdown=pb.Shutdown(reason=reason))
+        for s in self.sessions.all():
+            s.send(bye)
+            s.close()
+
+    async def _job_loop(self) -> None:
+        while True:
+            job = await self._queue.get()
+            if job.finished:  # cancelled while queued
+                continue
+            self._current = job
+            self._current_task = asyncio.create_task(job.run())
+            await asyncio.gather(self._current_task, return_exceptions=True)
+            self._current = None
+
+    def submit(self, config: JobConfig) -> JobRun:
+        """Validate and queue a job (also the in-process entry point of `codedgd run`)."""
+        _validate(config)
+        job_id = uuid.uuid4().hex[:12]
+        kwargs: dict[str, Any] = {}
+        if self.chunk_bytes:
+            kwargs["chunk_bytes"] = self.chunk_bytes
+        job = JobRun(
+            job_id,
+            config,
+            self.sessions,
+            self.metrics,
+            data_dir=self.data_dir,
+            assign_timeout=self.assign_timeout,
+            **kwargs,
+        )
+        self.jobs[job_id] = job
+        while len(self.jobs) > MAX_KEPT_JOBS:
+            oldest = next(iter(self.jobs))
+            if not self.jobs[oldest].finished:
+                break
+            del self.jobs[oldest]
+        self._queue.put_nowait(job)
+        log.info(
+            "job %s queued: policy %s, %d workers, %d rounds",
+            job_id,
+            config.policy.name,
+            config.workers,
+            config.rounds,
+        )
+        return job
+
+    def cancel(self, job_id: str) -> bool:
+        job = self.jobs.get(job_id)
+        if job is None or job.finished:
+            return False
+        if job is self._current and self._current_task is not None:
+            job.error = job.error or "cancelled by a client"
+            self._current_task.cancel()
+        else:
+            job.state = "cancelled"
+            job.error = "cancelled by a client before it started"
+            job._publish()
+        return True
+
+    # ------------------------------------------------------------ workers
+
+    async def Connect(
+        self, requests: AsyncIterator[pb.WorkerMessage], context: aio.ServicerContext
+    ) -> AsyncIterator[pb.CoordinatorMessage | bytes]:
+        try:
+            first = await asyncio.wait_for(anext(requests), timeout=HELLO_TIMEOUT)
+        except (StopAsyncIteration, TimeoutError):
+            return
+        if first.WhichOneof("kind") != "hello" or first.hello.protocol != PROTOCOL:
+            got = first.hello.protocol if first.HasField("hello") else first.WhichOneof("kind")
+            yield pb.CoordinatorMessage(
+                reject=pb.Reject(
+                    reason=f"expected Hello with protocol {PROTOCOL!r}, got {got!r}: "
+                    "upgrade the worker to the coordinator's version"
+                )
+            )
+            return
+        if self._stopping:
+            yield pb.CoordinatorMessage(reject=pb.Reject(reason="coordinator is shutting down"))
+            return
+        hello = first.hello
+        session = self.sessions.new(
+            hello.name or context.peer(), context.peer(), hello.has_data_dir
+        )
+        log.info(
+            "worker %s connected from %s (%d connected)",
+            session.name,
+            session.peer,
+            len(self.sessions),
+        )
+        reader = asyncio.create_task(self._read(session, requests))
+        try:
+            yield pb.CoordinatorMessage(
+                welcome=pb.Welcome(worker_name=session.name, coordinator_version=VERSION)
+            )
+            while True:
+                message = await session.outbox.get()
+                if message is None:
+                    break
+                yield message
+        finally:
+            reader.cancel()
+            session.closed = True
+            self.sessions.remove(session)
+            job = self._job_of(session)
+            if job is not None:
+                job.lose(session, "disconnected")
+            log.info("worker %s disconnected (%d connected)", session.name, len(self.sessions))
+
+    async def _read(
+        self, session: WorkerSession, requests: AsyncIterator[pb.WorkerMessage]
+    ) -> None:
+        try:
+            async for message in requests:
+                session.last_seen = time.monotonic()
+                kind = message.WhichOneof("kind")
+                job = self._job_of(session)
+                if kind == "result":
+                    if job is None or message.result.job_id != job.id:
+                        continue  # a result of a finished job: nothing to do with it
+                    job.deliver(session, message.result, message.ByteSize())
+                elif kind == "ack" and job is not None:
+                    job.ack(session, message.ack)
+                elif kind == "error" and job is not None:
+                    log.warning("%s reports: %s", session.label, message.error.message)
+                    job.lose(session, message.error.message)
+        except WireError as exc:
+            log.warning("rejecting %s: %s", session.label, exc)
+            self.metrics.stragglers.labels("rejected").inc()
+            session.send(pb.CoordinatorMessage(reject=pb.Reject(reason=f"bad message: {exc}")))
+            job = self._job_of(session)
+            if job is not None:
+                job.lose(session, f"sent a bad message: {exc}")
+            session.close()
+        except (asyncio.CancelledError, aio.AioRpcError):
+            pass
+        finally:
+            # The worker closed its side: end our side too.
+            session.close()
+
+    def _job_of(self, session: WorkerSession) -> JobRun | None:
+        job = self._current
+        if job is not None and session.job_id == job.id:
+            return job
+        return None
+
+    # ------------------------------------------------------------ clients
+
+    async def SubmitJob(
+        self, request: pb.SubmitJobRequest, context: aio.ServicerContext
+    ) -> pb.SubmitJobResponse:
+        try:
+            config = JobConfig.from_json(request.job_json)
+            job = self.submit(config)
+        except CodedGDError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.SubmitJobResponse(job_id=job.id)
+
+    async def WatchJob(
+        self, request: pb.JobRef, context: aio.ServicerContext
+    ) -> AsyncIterator[pb.RoundReport]:
+        job = self.jobs.get(request.job_id)
+        if job is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
+            return
+        sent = 0
+        while True:
+            change = asyncio.ensure_future(job.wait_change())
+            while sent < len(job.records):
+                yield job.records[sent].to_pb(job.id)
+                sent += 1
+            if job.finished:
+                change.cancel()
+                break
+            await change
+        if job.state == "failed":
+            await context.abort(grpc.StatusCode.ABORTED, job.error)
+        elif job.state == "cancelled":
+            await context.abort(grpc.StatusCode.CANCELLED, job.error)
+
+    async def GetStatus(
+        self, request: pb.StatusRequest, context: aio.ServicerContext
+    ) -> pb.StatusResponse:
+        jobs = (
+            [self.jobs[request.job_id]]
+            if request.job_id in self.jobs
+            else ([] if request.job_id else list(self.jobs.values()))
+        )
+        if request.job_id and not jobs:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
+        return pb.StatusResponse(
+            jobs=[_status(j) for j in jobs],
+            workers_connected=len(self.sessions),
+            workers=[s.name for s in self.sessions.all()],
+        )
+
+    async def CancelJob(
+        self, request: pb.JobRef, context: aio.ServicerContext
+    ) -> pb.CancelJobResponse:
+        if request.job_id not in self.jobs:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
+        return pb.CancelJobResponse(cancelled=self.cancel(request.job_id))
+
+
+def _status(job: JobRun) -> pb.JobStatus:
+    last = job.records[-1] if job.records else None
+    return pb.JobStatus(
+        job_id=job.id,
+        state=job.state,
+        round=job.round,
+        rounds=job.config.rounds,
+        error=job.error,
+        loss=last.loss if last else float("nan"),
+        metric=last.metric if last else float("nan"),
+        metric_name=last.metric_name if last else "",
+    )
+
+
+def _validate(config: JobConfig) -> None:
+    """Checks that need no data: names, parameters, the plan for n (fast; raises ConfigError)."""
+    from services.models import create_model
+    from services.policies import create
+    from services.stragglers import create_straggler_model
+
+    policy = create(config.policy.name, config.policy.options, seed=config.seed)
+    k = config.partitions or policy.default_partitions(config.workers)
+    policy.plan(config.workers, k)
+    create_model(config.model.name, config.model.options)
+    create_straggler_model(
+        config.stragglers.name,
+        config.stragglers.options,
+        seed=config.seed,
+        n_workers=config.workers,
+    )
+    from services.data import check_dataset_options
+
+    check_dataset_options(config.data.name, config.data.options)

@@ -1,0 +1,96 @@
+"""Connected workers: one session per open Connect stream.
+
+A session owns an outbox the stream's writer drains. Messages are either
+protobuf objects or bytes already serialized (θ is serialized once per round
+and the same bytes are queued for every worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from services.proto import codedgd_pb2 as pb
+
+Outgoing = pb.CoordinatorMessage | bytes
+
+
+@dataclass(eq=False)
+class WorkerSession:
+    """One connected worker."""
+
+    id: int
+    name: str
+    peer: str
+    has_data_dir: bool
+    outbox: asyncio.Queue[Outgoing | None] = field(default_factory=asyncio.Queue)
+    connected_at: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.monotonic)
+    job_id: str | None = None  # the job this worker belongs to, if any
+    index: int = -1  # its place in that job's plan
+    closed: bool = False
+
+    def send(self, message: Outgoing) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(message)
+
+    def close(self) -> None:
+        """End the stream after what is queued."""
+        if not self.closed:
+            self.closed = True
+            self.outbox.put_nowait(None)
+
+    @property
+    def label(self) -> str:
+        return f"worker {self.index} ({self.name})" if self.index >= 0 else f"worker {self.name}"
+
+
+class Sessions:
+    """The registry of connected workers, with a condition to wait for arrivals."""
+
+    def __init__(self, on_change: Callable[[int], None] | None = None) -> None:
+        self._sessions: dict[int, WorkerSession] = {}
+        self._ids = itertools.count(1)
+        self._changed = asyncio.Condition()
+        self._on_change = on_change
+
+    def new(self, name: str, peer: str, has_data_dir: bool) -> WorkerSession:
+        s = WorkerSession(next(self._ids), name, peer, has_data_dir)
+        self._sessions[s.id] = s
+        self._notify()
+        return s
+
+    def remove(self, session: WorkerSession) -> None:
+        self._sessions.pop(session.id, None)
+        self._notify()
+
+    def all(self) -> list[WorkerSession]:
+        return list(self._sessions.values())
+
+    def idle(self) -> list[WorkerSession]:
+        return [s for s in self._sessions.values() if s.job_id is None and not s.closed]
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def _notify(self) -> None:
+        if self._on_change is not None:
+            self._on_change(len(self._sessions))
+        asyncio.get_running_loop().create_task(self._wake())
+
+    async def _wake(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_idle(self, n: int, timeout: float) -> list[WorkerSession]:
+        """Wait until n idle workers are connected; return the n that came first."""
+
+        def enough() -> bool:
+            return len(self.idle()) >= n
+
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(enough), timeout=timeout)
+        return sorted(self.idle(), key=lambda s: s.id)[:n]

@@ -1,0 +1,213 @@
+"""The job description: one training run, as users write it (TOML, CLI flags, JSON).
+
+A job file looks like::
+
+    [job]
+    workers = 4          # n
+    rounds = 100
+    seed = 0
+    target_loss = 0.35   # optional: stop once the training objective is below
+
+    [data]
+    name = "synthetic"   # synthetic | amazon | covtype | kc-house
+    rows = 4000          # dataset options (see `codedgd run --help`)
+
+    [model]
+    name = "logistic"    # logistic | least-squares
+    l2 = 1e-4
+
+    [policy]
+    name = "ignore-stragglers"
+    s = 1                # policy parameters (see `codedgd policies`)
+
+    [optimizer]
+    lr = "auto"          # a number, or "auto" = 1/L of the objective
+    nesterov = false
+
+    [stragglers]
+    name = "exponential"
+    mean = 0.05
+
+The same document travels to the coordinator as JSON (SubmitJob) and to every
+worker inside its Assignment. Validation here catches what can be caught
+without data; the coordinator checks the rest (policy plan, dataset) on submit.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from services.errors import ConfigError
+
+SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
+
+
+@dataclass(frozen=True)
+class Component:
+    """A named component with options: a dataset, model, policy, straggler model."""
+
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **dict(self.options)}
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything that defines one training run. Every random choice derives from ``seed``."""
+
+    workers: int = 4
+    rounds: int = 100
+    seed: int = 0
+    partitions: int = 0  # k; 0 = the policy's default (k = n unless the policy says)
+    target_loss: float | None = None
+    eval_every: int = 1  # evaluate loss and held-out metric every this many rounds
+    round_timeout: float = 300.0  # seconds a round may wait for decodability before failing
+    data: Component = field(default_factory=lambda: Component("synthetic"))
+    model: Component = field(default_factory=lambda: Component("logistic", {"l2": 1e-4}))
+    policy: Component = field(default_factory=lambda: Component("uncoded"))
+    optimizer: Mapping[str, Any] = field(default_factory=lambda: {"lr": "auto"})
+    stragglers: Component = field(default_factory=lambda: Component("none"))
+
+    def __post_init__(self) -> None:
+        _check_int("job.workers", self.workers, minimum=1)
+        _check_int("job.rounds", self.rounds, minimum=1)
+        _check_int("job.seed", self.seed, minimum=0)
+        _check_int("job.partitions", self.partitions, minimum=0)
+        _check_int("job.eval_every", self.eval_every, minimum=1)
+        if not isinstance(self.round_timeout, int | float) or self.round_timeout <= 0:
+            raise ConfigError(
+                "job.round_timeout must be a positive number of seconds, "
+                f"got {self.round_timeout!r}"
+            )
+        if self.target_loss is not None and not isinstance(self.target_loss, int | float):
+            raise ConfigError(f"job.target_loss must be a number, got {self.target_loss!r}")
+
+    # ---------------------------------------------------------------- I/O
+
+    def to_dict(self) -> dict[str, Any]:
+        job = {
+            "workers": self.workers,
+            "rounds": self.rounds,
+            "seed": self.seed,
+            "partitions": self.partitions,
+            "eval_every": self.eval_every,
+            "round_timeout": self.round_timeout,
+        }
+        if self.target_loss is not None:
+            job["target_loss"] = self.target_loss
+        return {
+            "job": job,
+            "data": self.data.to_dict(),
+            "model": self.model.to_dict(),
+            "policy": self.policy.to_dict(),
+            "optimizer": dict(self.optimizer),
+            "stragglers": self.stragglers.to_dict(),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @staticmethod
+    def from_dict(doc: Mapping[str, Any]) -> JobConfig:
+        if not isinstance(doc, Mapping):
+            raise ConfigError(
+                "a job document must be a table/object with sections " + ", ".join(SECTIONS)
+            )
+        unknown = set(doc) - set(SECTIONS)
+        if unknown:
+            raise ConfigError(
+                f"unknown section(s) {', '.join(sorted(unknown))} in the job document; "
+                f"valid sections: {', '.join(SECTIONS)}"
+            )
+        job = dict(_section(doc, "job"))
+        known_job = {
+            "workers",
+            "rounds",
+            "seed",
+            "partitions",
+            "target_loss",
+            "eval_every",
+            "round_timeout",
+        }
+        bad = set(job) - known_job
+        if bad:
+            raise ConfigError(
+                f"unknown key(s) {', '.join(sorted(bad))} in [job]; valid keys: "
+                + ", ".join(sorted(known_job))
+            )
+        return JobConfig(
+            workers=job.get("workers", 4),
+            rounds=job.get("rounds", 100),
+            seed=job.get("seed", 0),
+            partitions=job.get("partitions", 0),
+            target_loss=job.get("target_loss"),
+            eval_every=job.get("eval_every", 1),
+            round_timeout=job.get("round_timeout", 300.0),
+            data=_component(doc, "data", "synthetic"),
+            model=_component(doc, "model", "logistic", {"l2": 1e-4}),
+            policy=_component(doc, "policy", "uncoded"),
+            optimizer=dict(_section(doc, "optimizer")) or {"lr": "auto"},
+            stragglers=_component(doc, "stragglers", "none"),
+        )
+
+    @staticmethod
+    def from_json(text: str) -> JobConfig:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"the job document is not valid JSON: {exc}") from None
+        return JobConfig.from_dict(doc)
+
+    @staticmethod
+    def from_toml(path: str | Path) -> JobConfig:
+        p = Path(path)
+        try:
+            with p.open("rb") as fh:
+                doc = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"job file {p} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"job file {p} is not valid TOML: {exc}") from None
+        return JobConfig.from_dict(doc)
+
+    def replace(self, **changes: Any) -> JobConfig:
+        values = {k: v for k, v in asdict(self).items() if k not in changes}
+        values.update(changes)
+        for key in ("data", "model", "policy", "stragglers"):
+            if isinstance(values[key], dict):
+                values[key] = Component(values[key]["name"], values[key].get("options", {}))
+        return JobConfig(**values)
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _section(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    section = doc.get(name, {})
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"[{name}] must be a table of keys, got {section!r}")
+    return section
+
+
+def _component(
+    doc: Mapping[str, Any],
+    name: str,
+    default: str,
+    default_options: Mapping[str, Any] | None = None,
+) -> Component:
+    section = dict(_section(doc, name))
+    if not section:
+        return Component(default, dict(default_options or {}))
+    comp_name = section.pop("name", default)
+    if not isinstance(comp_name, str):
+        raise ConfigError(f"[{name}] name must be a string, got {comp_name!r}")
+    return Component(comp_name, section)

@@ -1,0 +1,146 @@
+"""Per-round results: the public record type and its JSON/CSV files.
+
+:class:`RoundRecord` is what users see (the progress bar, result files, the
+client API). It mirrors the wire's RoundReport, which never leaks past
+:func:`from_pb` / :func:`to_pb`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from services.proto import codedgd_pb2 as pb
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One completed round of a job."""
+
+    round: int
+    wall_seconds: float  # cumulative training time up to the end of this round (eval excluded)
+    round_seconds: float  # broadcast → step done
+    wait_seconds: float  # broadcast → the policy could decode
+    decode_seconds: float
+    compute_seconds_max: float  # slowest compute time among the results used
+    loss: float  # training objective F(θ_{t+1}) (NaN when not evaluated this round)
+    metric: float  # held-out metric (NaN when not evaluated this round)
+    metric_name: str
+    workers_used: tuple[int, ...]
+    exact: bool
+    decode_residual: float
+    bytes_up: int  # result bytes received this round (all results, late ones included)
+    bytes_down: int  # θ bytes sent this round
+    uploads: int  # results received for this round
+    computations: int  # workers asked to compute this round
+    cancelled: int  # workers sent Cancel
+    late_dropped: int  # results of earlier rounds dropped while this round ran
+
+    def to_pb(self, job_id: str) -> pb.RoundReport:
+        return pb.RoundReport(
+            job_id=job_id,
+            round=self.round,
+            wall_seconds=self.wall_seconds,
+            round_seconds=self.round_seconds,
+            wait_seconds=self.wait_seconds,
+            decode_seconds=self.decode_seconds,
+            compute_seconds_max=self.compute_seconds_max,
+            loss=self.loss,
+            metric=self.metric,
+            metric_name=self.metric_name,
+            workers_used=list(self.workers_used),
+            exact=self.exact,
+            decode_residual=self.decode_residual,
+            bytes_up=self.bytes_up,
+            bytes_down=self.bytes_down,
+            uploads=self.uploads,
+            computations=self.computations,
+            cancelled=self.cancelled,
+            late_dropped=self.late_dropped,
+        )
+
+    @staticmethod
+    def from_pb(m: pb.RoundReport) -> RoundRecord:
+        return RoundRecord(
+            round=int(m.round),
+            wall_seconds=m.wall_seconds,
+            round_seconds=m.round_seconds,
+            wait_seconds=m.wait_seconds,
+            decode_seconds=m.decode_seconds,
+            compute_seconds_max=m.compute_seconds_max,
+            loss=m.loss,
+            metric=m.metric,
+            metric_name=m.metric_name,
+            workers_used=tuple(int(w) for w in m.workers_used),
+            exact=m.exact,
+            decode_residual=m.decode_residual,
+            bytes_up=int(m.bytes_up),
+            bytes_down=int(m.bytes_down),
+            uploads=int(m.uploads),
+            computations=int(m.computations),
+            cancelled=int(m.cancelled),
+            late_dropped=int(m.late_dropped),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["workers_used"] = list(self.workers_used)
+        for key in ("loss", "metric"):
+            if isinstance(d[key], float) and math.isnan(d[key]):
+                d[key] = None
+        return d
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> RoundRecord:
+        values = dict(d)
+        values["workers_used"] = tuple(values.get("workers_used", ()))
+        for key in ("loss", "metric"):
+            if values.get(key) is None:
+                values[key] = math.nan
+        return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
+
+
+def write_results(
+    path: str | Path,
+    job: Mapping[str, Any],
+    records: Sequence[RoundRecord],
+    summary: Mapping[str, Any],
+) -> Path:
+    """Write a result file: JSON (job, summary, rounds) or CSV (one row per round) by suffix."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.suffix.lower() == ".csv":
+        _write_csv(p, records)
+    else:
+        doc = {
+            "format": "codedgd.results.v1",
+            "job": dict(job),
+            "summary": dict(summary),
+            "rounds": [r.to_dict() for r in records],
+        }
+        p.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    return p
+
+
+def _write_csv(path: Path, records: Iterable[RoundRecord]) -> None:
+    names = [f.name for f in fields(RoundRecord)]
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=names)
+        writer.writeheader()
+        for r in records:
+            row = r.to_dict()
+            row["workers_used"] = " ".join(str(w) for w in r.workers_used)
+            writer.writerow(row)
+
+
+def read_results(path: str | Path) -> tuple[dict[str, Any], list[RoundRecord]]:
+    """Read a JSON result file written by :func:`write_results`: (job document, rounds)."""
+    doc = json.loads(Path(path).read_text())
+    if doc.get("format") != "codedgd.results.v1":
+        raise ValueError(f"{path} is not a codedgd result file (format codedgd.results.v1)")
+    return doc["job"], [RoundRecord.from_dict(r) for r in doc["rounds"]]

@@ -1,0 +1,389 @@
+"""The worker service: dials the coordinator, takes assignments, computes rounds.
+
+A worker dials out (so it works behind NAT and in scaled containers) and keeps
+one bidirectional stream: Hello, then for each job an Assignment with its data,
+then rounds. Gradient work runs in a thread so a Cancel is handled at once: the
+thread stops at the next partition boundary and the injected straggler delay
+(an ``asyncio.sleep``) is cancelled immediately.
+
+The connection is retried with exponential backoff (capped, with jitter) until
+the coordinator says Shutdown or the process is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import numpy as np
+import scipy.sparse as sp
+
+from services.errors import CodedGDError, WireError
+from services.job import JobConfig
+from services.proto import codedgd_pb2 as pb
+from services.proto import codedgd_pb2_grpc as pb_grpc
+from services.security import Security
+from services.stragglers.base import StragglerModel
+from services.wire import GRPC_OPTIONS, Assembler, tensor_chunks, to_array
+from services.worker.compute import Cancelled, Computer, PartitionRows
+
+log = logging.getLogger("codedgd.worker")
+PROTOCOL = "codedgd.v1"
+
+
+class Rejected(CodedGDError):
+    """The coordinator refused this worker; retrying would not help."""
+
+
+@dataclass
+class WorkerOptions:
+    coordinator: str = "127.0.0.1:50051"
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    security: Security = field(default_factory=Security)
+    data_dir: Path | None = None
+    reconnect: bool = True
+    initial_backoff: float = 0.2
+    max_backoff: float = 10.0
+    heartbeat_seconds: float = 5.0
+    chunk_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass
+class _Job:
+    job_id: str
+    assignment: pb.Assignment
+    config: JobConfig
+    pieces: dict[tuple[int, str], Assembler] = field(default_factory=dict)
+    arrays: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
+    computer: Computer | None = None
+    straggler: StragglerModel | None = None
+    theta: Assembler | None = None
+    theta_round: int = -1
+    theta_params: dict[str, float] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+    task_round: int = -1
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+
+
+class WorkerAgent:
+    """One worker process's connection to a coordinator."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self._stop = asyncio.Event()
+        self._job: _Job | None = None
+        self._out: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        self.rounds_computed = 0
+        self.rounds_cancelled = 0
+        self.compute_seconds_total = 0.0
+        self.delay_seconds_total = 0.0
+        self.bytes_sent_total = 0
+        self.connected = False
+
+    def stop(self) -> None:
+        """Ask the worker to leave (SIGTERM handler): ends the stream and returns from run()."""
+        self._stop.set()
+        self._out.put_nowait(None)
+
+    async def run(self) -> None:
+        """Connect and serve until Shutdown, stop(), or (without reconnect) a disconnect."""
+        backoff = self.options.initial_backoff
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                await self._session()
+                if not self.options.reconnect or self._stop.is_set():
+                    return
+            except Rejected:
+                raise
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    raise Rejected(exc.details() or "unauthenticated") from None
+                if not self.options.reconnect:
+                    raise
+                log.info(
+                    "coordinator %s unavailable (%s); retrying",
+                    self.options.coordinator,
+                    exc.code().name,
+                )
+            if time.monotonic() - started > 5.0:
+                backoff = self.options.initial_backoff  # it had been up: start over
+            delay = backoff * (0.5 + random.random())
+            backoff = min(backoff * 2, self.options.max_backoff)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=delay)
+
+    async def _session(self) -> None:
+        self._out = asyncio.Queue()
+        self._out.put_nowait(
+            pb.WorkerMessage(
+                hello=pb.Hello(
+                    name=self.options.name,
+                    protocol=PROTOCOL,
+                    has_data_dir=self.options.data_dir is not None,
+                )
+            )
+        )
+        channel = self.options.security.channel(self.options.coordinator, options=GRPC_OPTIONS)
+        heartbeat = asyncio.create_task(self._heartbeat())
+        try:
+            stub = pb_grpc.CoordinatorStub(channel)
+            call = stub.Connect(self._requests(), metadata=self.options.security.metadata())
+            async for message in call:
+                self.connected = True
+                if not await self._handle(message):
+                    break
+        finally:
+            self.connected = False
+            heartbeat.cancel()
+            self._drop_job()
+            await channel.close(grace=None)
+
+    async def _requests(self) -> AsyncIterator[pb.WorkerMessage]:
+        while True:
+            message = await self._out.get()
+            if message is None:
+                return
+            yield message
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.heartbeat_seconds)
+            self._out.put_nowait(pb.WorkerMessage(heartbeat=pb.Heartbeat(unix_time=time.time())))
+
+    # ------------------------------------------------------------ messages
+
+    async def _handle(self, message: pb.CoordinatorMessage) -> bool:
+        kind = message.WhichOneof("kind")
+        if kind == "welcome":
+            log.info("connected to %s as %s", self.options.coordinator, message.welcome.worker_name)
+        elif kind == "reject":
+            raise Rejected(message.reject.reason)
+        elif kind == "assignment":
+            self._start_job(message.assignment)
+        elif kind == "data":
+            self._add_data(message.data)
+        elif kind == "assignment_end":
+            await self._finish_assignment(message.assignment_end.job_id)
+        elif kind == "round":
+            self._round_chunk(message.round)
+        elif kind == "cancel":
+            self._cancel(message.cancel.job_id, message.cancel.round)
+        elif kind == "job_end":
+            if self._job is not None and self._job.job_id == message.job_end.job_id:
+                self._drop_job()
+        elif kind == "shutdown":
+            log.info("coordinator asked to shut down: %s", message.shutdown.reason)
+            self._stop.set()
+            self._out.put_nowait(None)
+            return False
+        return True
+
+    def _start_job(self, assignment: pb.Assignment) -> None:
+        self._drop_job()
+        config = JobConfig.from_json(assignment.job_json)
+        self._job = _Job(assignment.job_id, assignment, config)
+
+    def _add_data(self, data: pb.PartitionData) -> None:
+        job = self._job
+        if job is None or data.job_id != job.job_id:
+            return
+        key = (data.partition, data.chunk.key)
+        asm = job.pieces.setdefault(key, Assembler(data.chunk.key))
+        try:
+            array = asm.add(data.chunk)
+        except WireError as exc:
+            self._error(job.job_id, 0, f"bad partition data: {exc}")
+            return
+        if array is not None:
+            job.arrays[key] = array
+            del job.pieces[key]
+
+    async def _finish_assignment(self, job_id: str) -> None:
+        job = self._job
+        if job is None or job.job_id != job_id:
+            return
+        try:
+            job.computer, job.straggler = await asyncio.to_thread(self._build, job)
+        except CodedGDError as exc:
+            self._ack(job_id, str(exc))
+            return
+        except Exception as exc:  # a bug or bad data: report it, do not die
+            log.exception("cannot take assignment %s", job_id)
+            self._ack(job_id, f"{type(exc).__name__}: {exc}")
+            return
+        self._ack(job_id, "")
+
+    def _build(self, job: _Job) -> tuple[Computer, StragglerModel]:
+        from services.models import create_model
+        from services.stragglers import create_straggler_model
+
+        a = job.assignment
+        config = job.config
+        model = create_model(config.model.name, config.model.options)
+        if a.inline_data:
+            parts = [self._partition_from_arrays(job, int(p)) for p in a.partitions]
+        else:
+            parts = self._partitions_from_disk(
+                config, [int(p) for p in a.partitions], a.n_partitions
+            )
+        coefficients = to_array(a.coefficients).astype(np.float64)
+        straggler = create_straggler_model(
+            config.stragglers.name,
+            config.stragglers.options,
+            seed=config.seed,
+            n_workers=int(a.n_workers),
+        )
+        return Computer(model, parts, coefficients, dict(a.options)), straggler
+
+    def _partition_from_arrays(self, job: _Job, p: int) -> PartitionRows:
+        arrays = job.arrays
+        if (p, "y") not in arrays:
+            raise WireError(f"partition {p} was assigned but its data never arrived")
+        y = np.asarray(arrays[(p, "y")], dtype=np.float64)
+        if (p, "X") in arrays:
+            X: np.ndarray | sp.csr_matrix = np.asarray(arrays[(p, "X")], dtype=np.float64)
+        else:
+            try:
+                shape = tuple(int(v) for v in arrays[(p, "X.shape")])
+                X = sp.csr_matrix(
+                    (arrays[(p, "X.data")], arrays[(p, "X.indices")], arrays[(p, "X.indptr")]),
+                    shape=shape,
+                )
+                X.check_format(full_check=False)
+            except (KeyError, ValueError) as exc:
+                raise WireError(f"partition {p}: malformed sparse matrix ({exc})") from None
+        if X.shape[0] != y.shape[0]:
+            raise WireError(f"partition {p}: {X.shape[0]} rows but {y.shape[0]} labels")
+        return PartitionRows(p, X, y)
+
+    def _partitions_from_disk(
+        self, config: JobConfig, partitions: list[int], k: int
+    ) -> list[PartitionRows]:
+        from services.data import load_dataset
+        from services.data.dataset import partition_rows, take_rows
+
+        if self.options.data_dir is None:
+            raise WireError("the job loads data on workers but this worker has no --data-dir")
+        ds = load_dataset(
+            config.data.name, config.data.options, seed=config.seed, data_dir=self.options.data_dir
+        )
+        blocks = partition_rows(ds.n_train, k, config.seed)
+        return [
+            PartitionRows(p, take_rows(ds.X_train, blocks[p]), ds.y_train[blocks[p]])
+            for p in partitions
+        ]
+
+    def _ack(self, job_id: str, error: str) -> None:
+        self._out.put_nowait(
+            pb.WorkerMessage(ack=pb.AssignmentAck(job_id=job_id, ok=not error, error=error))
+        )
+
+    def _error(self, job_id: str, round_: int, message: str) -> None:
+        self._out.put_nowait(
+            pb.WorkerMessage(error=pb.WorkerError(job_id=job_id, round=round_, message=message))
+        )
+
+    # ------------------------------------------------------------ rounds
+
+    def _round_chunk(self, start: pb.RoundStart) -> None:
+        job = self._job
+        if job is None or start.job_id != job.job_id or job.computer is None:
+            return
+        if start.theta.index == 0:
+            job.theta = Assembler("theta", dtype="<f8")
+            job.theta_round = int(start.round)
+            job.theta_params = dict(start.params)
+        if job.theta is None or job.theta_round != start.round:
+            return  # a stray chunk of an abandoned round
+        try:
+            theta = job.theta.add(start.theta)
+        except WireError as exc:
+            self._error(job.job_id, int(start.round), str(exc))
+            job.theta = None
+            return
+        if theta is None:
+            return
+        job.theta = None
+        self._cancel_task(job)
+        job.cancel_event = threading.Event()
+        job.task_round = int(start.round)
+        job.task = asyncio.create_task(
+            self._do_round(job, int(start.round), theta, job.theta_params, job.cancel_event)
+        )
+
+    async def _do_round(
+        self,
+        job: _Job,
+        round_: int,
+        theta: np.ndarray,
+        params: dict[str, float],
+        cancel: threading.Event,
+    ) -> None:
+        computer = job.computer
+        assert computer is not None
+        try:
+            result = await asyncio.to_thread(computer.compute, theta, cancel)
+        except Cancelled:
+            return
+        except Exception as exc:
+            log.exception("round %d failed", round_)
+            self._error(
+                job.job_id, round_, f"gradient computation failed: {type(exc).__name__}: {exc}"
+            )
+            return
+        if cancel.is_set():
+            return
+        self.rounds_computed += 1
+        self.compute_seconds_total += result.seconds
+        a = job.assignment
+        load = len(a.partitions) / max(1, a.n_partitions)
+        delay = 0.0
+        straggler = job.straggler
+        if straggler is not None:
+            delay = float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
+        if delay > 0:
+            self.delay_seconds_total += delay
+            await asyncio.sleep(delay)  # cancelled at once by a Cancel
+        self.bytes_sent_total += result.payload.nbytes
+        for i, chunk in enumerate(
+            tensor_chunks("gradient", result.payload, self.options.chunk_bytes)
+        ):
+            self._out.put_nowait(
+                pb.WorkerMessage(
+                    result=pb.Result(
+                        job_id=job.job_id,
+                        round=round_,
+                        payload=chunk,
+                        compute_seconds=result.seconds if i == 0 else 0.0,
+                        delay_seconds=delay if i == 0 else 0.0,
+                    )
+                )
+            )
+
+    def _cancel(self, job_id: str, round_: int) -> None:
+        job = self._job
+        if job is not None and job.job_id == job_id and job.task_round == round_:
+            self._cancel_task(job)
+
+    def _cancel_task(self, job: _Job) -> None:
+        job.cancel_event.set()
+        if job.task is not None and not job.task.done():
+            job.task.cancel()
+            self.rounds_cancelled += 1
+        job.task = None
+
+    def _drop_job(self) -> None:
+        if self._job is not None:
+            self._cancel_task(self._job)
+        self._job = None

@@ -1,0 +1,56 @@
+"""Prometheus metrics of a worker process (served on --metrics-port)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from services.worker.agent import WorkerAgent
+
+
+class _AgentCollector(Collector):
+    """Reads the agent's counters at scrape time (no bookkeeping on the hot path)."""
+
+    def __init__(self, agent: WorkerAgent) -> None:
+        self.agent = agent
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        a = self.agent
+        yield CounterMetricFamily(
+            "codedgd_worker_rounds_computed_total",
+            "Rounds whose result this worker sent.",
+            value=a.rounds_computed,
+        )
+        yield CounterMetricFamily(
+            "codedgd_worker_rounds_cancelled_total",
+            "Rounds cancelled while this worker computed or waited.",
+            value=a.rounds_cancelled,
+        )
+        yield CounterMetricFamily(
+            "codedgd_worker_compute_seconds_total",
+            "Seconds spent computing gradients.",
+            value=a.compute_seconds_total,
+        )
+        yield CounterMetricFamily(
+            "codedgd_worker_delay_seconds_total",
+            "Seconds of injected straggler delay.",
+            value=a.delay_seconds_total,
+        )
+        yield CounterMetricFamily(
+            "codedgd_worker_bytes_sent_total",
+            "Result payload bytes sent.",
+            value=a.bytes_sent_total,
+        )
+        yield GaugeMetricFamily(
+            "codedgd_worker_connected",
+            "1 while the stream to the coordinator is open.",
+            value=1.0 if a.connected else 0.0,
+        )
+
+
+def serve_worker_metrics(agent: WorkerAgent, port: int) -> int:
+    registry = CollectorRegistry()
+    registry.register(_AgentCollector(agent))
+    server, _thread = start_http_server(port, registry=registry)
+    return int(server.server_address[1])

@@ -1,0 +1,101 @@
+"""A hand-written worker client that can misbehave on purpose (bad shapes, old rounds)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import numpy as np
+from grpc import aio
+
+from services.proto import codedgd_pb2 as pb
+from services.proto import codedgd_pb2_grpc as pb_grpc
+from services.wire import Assembler, tensor_chunks
+
+# Given the round number and θ, return the Result messages to send (or none).
+Behaviour = Callable[[int, np.ndarray, pb.Assignment], list[pb.Result]]
+
+
+class FakeWorker:
+    def __init__(
+        self,
+        port: int,
+        behaviour: Behaviour,
+        name: str = "fake",
+        metadata: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.port = port
+        self.behaviour = behaviour
+        self.name = name
+        self.metadata = metadata
+        self.out: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        self.received: list[pb.CoordinatorMessage] = []
+        self.rejected: str | None = None
+        self.assignment: pb.Assignment | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self.out.put_nowait(None)
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    async def _requests(self) -> AsyncIterator[pb.WorkerMessage]:
+        yield pb.WorkerMessage(hello=pb.Hello(name=self.name, protocol="codedgd.v1"))
+        while True:
+            m = await self.out.get()
+            if m is None:
+                return
+            yield m
+
+    async def _run(self) -> None:
+        theta: Assembler | None = None
+        rnd = -1
+        async with aio.insecure_channel(f"127.0.0.1:{self.port}") as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            try:
+                async for msg in stub.Connect(self._requests(), metadata=self.metadata):
+                    self.received.append(msg)
+                    kind = msg.WhichOneof("kind")
+                    if kind == "reject":
+                        self.rejected = msg.reject.reason
+                        return
+                    if kind == "assignment":
+                        self.assignment = msg.assignment
+                    elif kind == "assignment_end":
+                        self.out.put_nowait(
+                            pb.WorkerMessage(
+                                ack=pb.AssignmentAck(job_id=msg.assignment_end.job_id, ok=True)
+                            )
+                        )
+                    elif kind == "round":
+                        if msg.round.theta.index == 0:
+                            theta = Assembler("theta")
+                            rnd = int(msg.round.round)
+                        assert theta is not None
+                        value = theta.add(msg.round.theta)
+                        if value is not None and self.assignment is not None:
+                            for r in self.behaviour(rnd, value, self.assignment):
+                                self.out.put_nowait(pb.WorkerMessage(result=r))
+            except aio.AioRpcError as exc:
+                self.error = exc
+
+
+def result(job_id: str, round_: int, vector: np.ndarray) -> list[pb.Result]:
+    return [
+        pb.Result(job_id=job_id, round=round_, payload=c, compute_seconds=0.0)
+        for c in tensor_chunks("gradient", vector)
+    ]
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.02)

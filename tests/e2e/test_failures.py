@@ -1,0 +1,177 @@
+"""Workers that die, send old rounds or malformed messages; the coordinator keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import numpy as np
+import pytest
+
+from client.api import Client
+from services.coordinator.server import CoordinatorServer
+from services.errors import ConfigError, JobFailed
+from services.job import Component, JobConfig
+from services.proto import codedgd_pb2 as pb
+from tests.conftest import WorkerProcesses
+from tests.e2e.fakes import FakeWorker, result, wait_for
+
+SYNTH = Component("synthetic", {"rows": 600, "dim": 8})
+
+
+async def _finish(server: CoordinatorServer, job_id: str, timeout: float = 120) -> str:
+    job = server.service.jobs[job_id]
+    await asyncio.wait_for(_until_finished(job), timeout)
+    return job.state
+
+
+async def _until_finished(job: object) -> None:
+    while not job.finished:  # type: ignore[attr-defined]
+        await job.wait_change()  # type: ignore[attr-defined]
+
+
+async def test_killed_worker_does_not_hang_a_tolerant_policy(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    procs = worker_processes.start(coordinator.port, 4)
+    config = JobConfig(
+        workers=4,
+        rounds=40,
+        data=SYNTH,
+        policy=Component("ignore-stragglers", {"s": 1}),
+        stragglers=Component("exponential", {"mean": 0.01}),
+    )
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: len(job.records) >= 5, timeout=90)
+    victim = job._workers[2]
+    index = victim.index
+    next(p for p in procs if p.args[-1] == victim.name).send_signal(signal.SIGKILL)
+    assert await _finish(coordinator, job.id) == "done"
+    assert len(job.records) == 40
+    late = [r for r in job.records if r.round > 10]
+    assert all(index not in r.workers_used for r in late)
+
+
+async def test_killed_worker_fails_uncoded_clearly_and_coordinator_keeps_serving(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    procs = worker_processes.start(coordinator.port, 3)
+    config = JobConfig(
+        workers=3, rounds=500, data=SYNTH, stragglers=Component("exponential", {"mean": 0.01})
+    )
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: len(job.records) >= 3, timeout=90)
+    procs[0].send_signal(signal.SIGKILL)
+    assert await _finish(coordinator, job.id) == "failed"
+    assert "cannot decode" in job.error and "lost" in job.error
+    assert "ignore-stragglers" in job.error  # names the fix
+    # The coordinator still serves: a new job on the two survivors completes.
+    survivor_job = coordinator.service.submit(JobConfig(workers=2, rounds=3, data=SYNTH))
+    assert await _finish(coordinator, survivor_job.id) == "done"
+
+
+async def test_late_result_of_an_old_round_is_dropped(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    sent: list[int] = []
+
+    def stale(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+        if round_ == 0:
+            return []
+        sent.append(round_ - 1)
+        # A plausible gradient of the right shape, but for the previous round.
+        return result(a.job_id, round_ - 1, np.full(theta.shape[0], 1e6))
+
+    fake = FakeWorker(coordinator.port, stale)
+    fake.start()
+    await wait_for(lambda: len(coordinator.service.sessions) == 1)
+    worker_processes.start(coordinator.port, 1)
+    config = JobConfig(
+        workers=2, rounds=8, data=SYNTH, policy=Component("ignore-stragglers", {"s": 1})
+    )
+    job = coordinator.service.submit(config)
+    try:
+        assert await _finish(coordinator, job.id) == "done"
+    finally:
+        await fake.stop()
+    fake_index = next(i for i, s in enumerate(job._workers) if s.name == "fake")
+    assert sent, "the fake worker never sent a stale result"
+    assert sum(r.late_dropped for r in job.records) >= 1
+    assert all(fake_index not in r.workers_used for r in job.records)
+    # Never mixed in: the huge stale vector would have blown up the loss.
+    assert all(np.isfinite(r.loss) and r.loss < 1.0 for r in job.records)
+
+
+@pytest.mark.parametrize(
+    "mutate,reason",
+    [
+        (lambda g: g[:-1], "shape"),
+        (lambda g: g.astype(np.float32), "dtype"),
+    ],
+)
+async def test_malformed_gradient_is_rejected_and_job_fails_clearly(
+    coordinator: CoordinatorServer,
+    worker_processes: WorkerProcesses,
+    mutate: object,
+    reason: str,
+) -> None:
+    def bad(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+        return result(a.job_id, round_, mutate(np.zeros(theta.shape[0])))  # type: ignore[operator]
+
+    fake = FakeWorker(coordinator.port, bad)
+    fake.start()
+    await wait_for(lambda: len(coordinator.service.sessions) == 1)
+    worker_processes.start(coordinator.port, 1)
+    job = coordinator.service.submit(JobConfig(workers=2, rounds=5, data=SYNTH))
+    try:
+        assert await _finish(coordinator, job.id) == "failed"
+        await wait_for(lambda: fake.rejected is not None)
+    finally:
+        await fake.stop()
+    assert fake.rejected is not None and reason in fake.rejected
+    assert "sent a bad message" in job.error and reason in job.error
+    # Still serving: status answers, and a fresh job on the real worker completes.
+    async with Client(f"127.0.0.1:{coordinator.port}") as client:
+        status = await client.status()
+        assert status.workers_connected == 1
+        job_id = await client.submit(JobConfig(workers=1, rounds=2, data=SYNTH))
+        records = [r async for r in client.watch(job_id)]
+    assert len(records) == 2
+
+
+async def test_bad_jobs_get_clear_errors_and_the_coordinator_keeps_serving(
+    coordinator: CoordinatorServer,
+    worker_processes: WorkerProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CODEDGD_DATA_DIR", raising=False)
+    async with Client(f"127.0.0.1:{coordinator.port}") as client:
+        unknown = r"unknown policy 'uncoded2'\. Did you mean uncoded"
+        with pytest.raises(ConfigError, match=unknown):
+            await client.submit(JobConfig(policy=Component("uncoded2")))
+        with pytest.raises(ConfigError, match="0 <= s < n"):
+            await client.submit(
+                JobConfig(workers=3, policy=Component("ignore-stragglers", {"s": 3}))
+            )
+        with pytest.raises(ConfigError, match="has no parameter 'q'"):
+            await client.submit(JobConfig(policy=Component("ignore-stragglers", {"q": 1})))
+        with pytest.raises(ConfigError, match="CODEDGD_DATA_DIR"):
+            await client.submit(JobConfig(data=Component("amazon")))
+        with pytest.raises(ConfigError, match="unknown model"):
+            await client.submit(JobConfig(model=Component("svm")))
+        worker_processes.start(coordinator.port, 1)
+        job_id = await client.submit(JobConfig(workers=1, rounds=2, data=SYNTH))
+        assert len([r async for r in client.watch(job_id)]) == 2
+
+
+async def test_job_waiting_for_missing_workers_times_out_clearly() -> None:
+    server = await CoordinatorServer.start("127.0.0.1:0", assign_timeout=0.5)
+    try:
+        job = server.service.submit(JobConfig(workers=2, rounds=1, data=SYNTH))
+        assert await _finish(server, job.id) == "failed"
+        assert "needs 2 workers" in job.error and "start more workers" in job.error
+        async with Client(f"127.0.0.1:{server.port}") as client:
+            with pytest.raises(JobFailed, match="needs 2 workers"):
+                [r async for r in client.watch(job.id)]
+    finally:
+        await server.stop(0)

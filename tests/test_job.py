@@ -1,0 +1,59 @@
+"""Job documents: TOML/JSON round trips and clear errors for bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.errors import ConfigError
+from services.job import Component, JobConfig
+
+
+def test_json_roundtrip_keeps_everything() -> None:
+    job = JobConfig(
+        workers=6,
+        rounds=10,
+        seed=3,
+        target_loss=0.2,
+        policy=Component("ignore-stragglers", {"s": 2}),
+        stragglers=Component("exponential", {"mean": 0.5}),
+        optimizer={"lr": 0.5, "nesterov": True},
+    )
+    assert JobConfig.from_json(job.to_json()) == job
+
+
+def test_toml_file(tmp_path: Path) -> None:
+    p = tmp_path / "job.toml"
+    p.write_text(
+        '[job]\nworkers = 8\n[policy]\nname = "ignore-stragglers"\ns = 2\n'
+        '[stragglers]\nname = "pareto"\nscale = 0.1\nshape = 2.5\n'
+    )
+    job = JobConfig.from_toml(p)
+    assert job.workers == 8
+    assert job.policy == Component("ignore-stragglers", {"s": 2})
+    assert job.stragglers.options == {"scale": 0.1, "shape": 2.5}
+    assert job.model.name == "logistic"  # defaults fill what the file leaves out
+
+
+@pytest.mark.parametrize(
+    "doc,message",
+    [
+        ({"jobs": {}}, "unknown section"),
+        ({"job": {"worker": 3}}, "unknown key"),
+        ({"job": {"workers": 0}}, "job.workers must be an integer >= 1"),
+        ({"job": {"workers": "4"}}, "job.workers must be an integer"),
+        ({"job": {"rounds": 2.5}}, "job.rounds"),
+        ({"job": {"round_timeout": -1}}, "round_timeout"),
+        ({"policy": "uncoded"}, "must be a table"),
+        ({"policy": {"name": 3}}, "name must be a string"),
+    ],
+)
+def test_bad_documents(doc: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        JobConfig.from_dict(doc)
+
+
+def test_bad_json() -> None:
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        JobConfig.from_json("{")
