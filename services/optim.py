@@ -214,7 +214,9 @@ def create_optimizer(
     raw_lr = options.get("lr", "auto")
     if isinstance(raw_lr, str) and raw_lr.strip().lower() == "auto":
         if smoothness is None:
-            raise ConfigError('optimizer: lr = "auto" needs the smoothness constant L of the objective')
+            raise ConfigError(
+                'optimizer: lr = "auto" needs the smoothness constant L of the objective'
+            )
         if not (math.isfinite(smoothness) and smoothness > 0):
             raise ConfigError(
                 f'optimizer: lr = "auto" needs L > 0, but the objective has L = {smoothness!r}; '
@@ -225,7 +227,9 @@ def create_optimizer(
         lr = _as_float("lr", raw_lr)
     schedule = options.get("schedule", "constant")
     if not isinstance(schedule, str):
-        raise ConfigError(f"optimizer: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        raise ConfigError(
+            f"optimizer: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}"
+        )
     return Optimizer(
         theta0,
         lr,

@@ -86,7 +86,7 @@ class CoordinatorService:
 
     def submit(self, config: JobConfig) -> JobRun:
         """Validate and queue a job (also the in-process entry point of `codedgd run`)."""
-        _validate(config)
+        _validate(config, self.data_dir)
         job_id = uuid.uuid4().hex[:12]
         kwargs: dict[str, Any] = {}
         if self.chunk_bytes:
@@ -226,6 +226,9 @@ class CoordinatorService:
             job = self.submit(config)
         except CodedGDError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Exception as exc:  # a bug: say so instead of an opaque UNKNOWN
+            log.exception("cannot validate a submitted job")
+            await context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
         return pb.SubmitJobResponse(job_id=job.id)
 
     async def WatchJob(
@@ -288,7 +291,7 @@ def _status(job: JobRun) -> pb.JobStatus:
     )
 
 
-def _validate(config: JobConfig) -> None:
+def _validate(config: JobConfig, data_dir: str | None) -> None:
     """Checks that need no data: names, parameters, the plan for n (fast; raises ConfigError)."""
     from services.models import create_model
     from services.policies import create
@@ -306,4 +309,4 @@ def _validate(config: JobConfig) -> None:
     )
     from services.data import check_dataset_options
 
-    check_dataset_options(config.data.name, config.data.options)
+    check_dataset_options(config.data.name, config.data.options, data_dir)

@@ -1,0 +1,99 @@
+"""Datasets: the embedded synthetic default and loaders of real datasets.
+
+Real datasets are read from a data directory: ``--data-dir`` or the
+``CODEDGD_DATA_DIR`` environment variable. They are never shipped with codedgd.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from services.data.dataset import Dataset, partition_rows, take_rows
+from services.data.synthetic import make_synthetic
+from services.errors import ConfigError, DataError
+
+DATA_DIR_ENV = "CODEDGD_DATA_DIR"
+
+DATASETS: dict[str, str] = {
+    "synthetic": "seeded synthetic data (options: rows, dim, task, density, noise, test_fraction)",
+    "amazon": "Amazon Employee Access, one-hot with pairwise interactions (241,915 dims, sparse)",
+    "covtype": "Forest Covertype subset, classes 1 vs 2 (54 features + bias)",
+    "kc-house": "King County house sales, price × 1e-6, one-hot least squares (sparse)",
+}
+
+
+def resolve_data_dir(explicit: str | Path | None) -> Path:
+    """The directory of the real datasets: the explicit option, else $CODEDGD_DATA_DIR."""
+    raw = explicit if explicit else os.environ.get(DATA_DIR_ENV)
+    if not raw:
+        raise DataError(
+            f"no data directory: pass --data-dir DIR or set {DATA_DIR_ENV} to the folder "
+            "holding the real datasets (e.g. shared/datasets)"
+        )
+    path = Path(raw).expanduser()
+    if not path.is_dir():
+        raise DataError(
+            f"data directory {path} does not exist or is not a directory: fix --data-dir "
+            f"or {DATA_DIR_ENV}"
+        )
+    return path
+
+
+def _loaders() -> dict[str, Callable[..., Dataset]]:
+    from services.data import loaders
+
+    return {"amazon": loaders.load_amazon, "covtype": loaders.load_covtype,
+            "kc-house": loaders.load_kc_house}
+
+
+def check_dataset_options(
+    name: str, options: Mapping[str, Any], data_dir: str | Path | None = None
+) -> None:
+    """Validate a dataset name and its option names (and the data directory) without loading."""
+    if name not in DATASETS:
+        near = difflib.get_close_matches(name, DATASETS, n=2)
+        hint = f" Did you mean {', '.join(near)}?" if near else ""
+        raise ConfigError(f"unknown dataset {name!r}.{hint} Available: {', '.join(DATASETS)}")
+    fn: Callable[..., Dataset] = make_synthetic if name == "synthetic" else _loaders()[name]
+    accepted = {p for p in inspect.signature(fn).parameters if p not in ("data_dir", "seed")}
+    unknown = set(options) - accepted
+    if unknown:
+        raise ConfigError(
+            f"dataset {name!r} has no option(s) {', '.join(sorted(unknown))}; "
+            f"its options: {', '.join(sorted(accepted)) or 'none'}"
+        )
+    if name != "synthetic":
+        try:
+            resolve_data_dir(data_dir)
+        except DataError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def load_dataset(
+    name: str, options: Mapping[str, Any], *, seed: int, data_dir: str | Path | None = None
+) -> Dataset:
+    """Load a dataset by name with a seeded train/test split."""
+    check_dataset_options(name, options, data_dir)
+    if name == "synthetic":
+        try:
+            return make_synthetic(seed=seed, **dict(options))
+        except TypeError as exc:
+            raise ConfigError(f"synthetic dataset: {exc}") from None
+    return _loaders()[name](resolve_data_dir(data_dir), seed=seed, **dict(options))
+
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "check_dataset_options",
+    "load_dataset",
+    "make_synthetic",
+    "partition_rows",
+    "resolve_data_dir",
+    "take_rows",
+]

@@ -58,7 +58,8 @@ def create_model(name: str, options: Mapping[str, Any] | None = None) -> Model:
     if unknown:
         valid = "; ".join(f"{k}: {v}" for k, v in _OPTIONS.items())
         raise ConfigError(
-            f"model {name!r} has no option(s) {', '.join(map(repr, unknown))}; valid options: {valid}"
+            f"model {name!r} has no option(s) {', '.join(map(repr, unknown))}; "
+            f"valid options: {valid}"
         )
     l2 = _nonnegative_float(name, "l2", opts.get("l2", 0.0))
     return cls(l2=l2)

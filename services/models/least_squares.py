@@ -31,9 +31,10 @@ def transpose_matvec(X: Matrix, r: np.ndarray) -> np.ndarray:
 
     Measured on the Amazon shape (26,215 x 241,915 CSR, 44 non-zeros a row):
     ``X.T @ r`` (a scatter over the rows of X through the free CSC view of Xᵀ)
-    beats a precomputed CSR copy of Xᵀ (a gather over 241,915 short rows) by
-    about 25 %, and ``r @ X`` / ``X.T.dot(r)`` are the same kernel with more
-    overhead; so the plain expression is also the fastest, and costs no memory.
+    takes 1.3-1.6 ms against 2.1-2.4 ms for a precomputed CSR copy of Xᵀ (a
+    gather over 241,915 short rows), on the real data and on a random one-hot
+    matrix alike; ``r @ X`` and ``X.T.dot(r)`` run the same kernel with a little
+    more overhead. So the plain expression is the fastest and costs no memory.
     For a dense C-ordered X it is one BLAS gemv with the transpose flag.
     """
     return np.asarray(X.T @ r, dtype=np.float64).reshape(-1)
@@ -58,8 +59,8 @@ def gram_lambda_max(X: Matrix) -> float:
     rows_side = n <= d  # work in the n x n space of XXᵀ when it is the smaller one
     m = min(n, d)
     if m <= _DENSE_GRAM_LIMIT:
-        gram = X @ X.T if rows_side else X.T @ X
-        dense = gram.toarray() if sp.issparse(gram) else np.asarray(gram)
+        gram: Matrix = X @ X.T if rows_side else X.T @ X
+        dense = gram.toarray() if isinstance(gram, sp.spmatrix | sp.sparray) else np.asarray(gram)
         return max(float(np.linalg.eigvalsh(dense)[-1]), 0.0)
 
     def apply(v: np.ndarray) -> np.ndarray:

@@ -87,7 +87,9 @@ class LogisticRegression:
     def __repr__(self) -> str:
         return f"LogisticRegression(l2={self.l2!r})"
 
-    def _margins(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _margins(
+        self, theta: np.ndarray, X: Matrix, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         theta = as_float_vector(theta)
         y = as_float_vector(y)
         check_shapes(theta, X, y)

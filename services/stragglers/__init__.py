@@ -1,0 +1,226 @@
+"""Straggler models by name: ``[stragglers] name = "exponential"`` and their options.
+
+:data:`STRAGGLER_MODELS` describes each model and its parameters for help texts;
+:func:`create_straggler_model` checks names, options and values and names the
+valid choices on a mistake. How draws are seeded: see
+:mod:`services.stragglers.models`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.errors import ConfigError
+from services.stragglers.base import StragglerModel
+from services.stragglers.models import (
+    ExponentialDelay,
+    FixedDelay,
+    NoDelay,
+    ParetoDelay,
+    SeededDelay,
+    ShiftedExponentialDelay,
+    SlowdownDelay,
+    TraceDelay,
+)
+
+__all__ = [
+    "STRAGGLER_MODELS",
+    "ExponentialDelay",
+    "FixedDelay",
+    "NoDelay",
+    "Param",
+    "ParetoDelay",
+    "SeededDelay",
+    "ShiftedExponentialDelay",
+    "SlowdownDelay",
+    "StragglerInfo",
+    "StragglerModel",
+    "TraceDelay",
+    "create_straggler_model",
+]
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One option of a straggler model: name, type, default and meaning."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+    def describe(self) -> str:
+        default = "required" if self.required else f"default {self.default!r}"
+        return f"{self.name} ({self.type.__name__}, {default}): {self.help}"
+
+
+@dataclass(frozen=True)
+class StragglerInfo:
+    """What ``codedgd run --help`` shows for a straggler model."""
+
+    description: str
+    parameters: tuple[Param, ...]
+
+    def describe(self) -> str:
+        lines = [self.description, *("  " + p.describe() for p in self.parameters)]
+        return "\n".join(lines)
+
+
+STRAGGLER_MODELS: dict[str, StragglerInfo] = {
+    "none": StragglerInfo("no injected delay: the workers' real speeds only", ()),
+    "exponential": StragglerInfo(
+        "every worker sleeps an i.i.d. Exp(mean) delay after computing (ErasureHead)",
+        (Param("mean", float, 0.05, "mean delay in seconds, >= 0"),),
+    ),
+    "shifted-exponential": StragglerInfo(
+        "extra delay T = shift·load + Exp(rate/load) after computing; "
+        "load = partitions held / k",
+        (
+            Param("shift", float, 0.0, "seconds per unit load, >= 0"),
+            Param("rate", float, 10.0, "λ > 0 (mean of the exponential part: load/λ seconds)"),
+        ),
+    ),
+    "pareto": StragglerInfo(
+        "heavy-tailed Pareto(scale, shape) delay: P(T > t) = (scale/t)^shape for t >= scale",
+        (
+            Param("scale", float, 0.01, "t_m > 0, the smallest delay in seconds"),
+            Param("shape", float, 2.0, "α > 0 (mean α·scale/(α−1) when α > 1)"),
+        ),
+    ),
+    "fixed": StragglerInfo(
+        "count random workers per round sleep an extra fixed delay",
+        (
+            Param("count", int, 1, "stragglers per round, 0..n"),
+            Param("delay", float, 1.0, "extra seconds, >= 0"),
+        ),
+    ),
+    "slowdown": StragglerInfo(
+        "count random workers per round take factor× their compute time",
+        (
+            Param("count", int, 1, "stragglers per round, 0..n"),
+            Param("factor", float, 5.0, "slow-down κ >= 1 (extra delay (κ−1)·compute time)"),
+        ),
+    ),
+    "trace": StragglerInfo(
+        "replay recorded per-worker per-round delays",
+        (
+            Param("path", str, _REQUIRED, "a .json [[round0 delays...], ...] or "
+                  ".csv (round,worker,delay) file"),
+            Param("cycle", bool, False, "replay from the start after the last recorded round"),
+        ),
+    ),
+}
+
+
+def _build_none(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return NoDelay()
+
+
+def _build_exponential(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return ExponentialDelay(o["mean"], seed=seed, n_workers=n)
+
+
+def _build_shifted(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return ShiftedExponentialDelay(o["shift"], o["rate"], seed=seed, n_workers=n)
+
+
+def _build_pareto(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return ParetoDelay(o["scale"], o["shape"], seed=seed, n_workers=n)
+
+
+def _build_fixed(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return FixedDelay(o["count"], o["delay"], seed=seed, n_workers=n)
+
+
+def _build_slowdown(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return SlowdownDelay(o["count"], o["factor"], seed=seed, n_workers=n)
+
+
+def _build_trace(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return TraceDelay(o["path"], n_workers=n, cycle=o["cycle"])
+
+
+_BUILDERS: dict[str, Callable[[Mapping[str, Any], int, int], StragglerModel]] = {
+    "none": _build_none,
+    "exponential": _build_exponential,
+    "shifted-exponential": _build_shifted,
+    "pareto": _build_pareto,
+    "fixed": _build_fixed,
+    "slowdown": _build_slowdown,
+    "trace": _build_trace,
+}
+
+
+def create_straggler_model(
+    name: str, options: Mapping[str, Any] | None = None, *, seed: int, n_workers: int
+) -> StragglerModel:
+    """Build a straggler model by name with checked options.
+
+    ``seed`` is the job's seed (every delay is a pure function of it, the round and
+    the worker); ``n_workers`` is n. Option values may be strings as typed on a
+    command line. Unknown names, unknown options and bad values raise ConfigError.
+    """
+    info = STRAGGLER_MODELS.get(name)
+    if info is None:
+        near = difflib.get_close_matches(str(name), STRAGGLER_MODELS, n=2)
+        hint = f" Did you mean {' or '.join(near)}?" if near else ""
+        raise ConfigError(
+            f"unknown straggler model {name!r}.{hint} "
+            f"Valid models: {', '.join(STRAGGLER_MODELS)}"
+        )
+    given = dict(options or {})
+    known = {p.name: p for p in info.parameters}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        valid = "; ".join(p.describe() for p in info.parameters) or "none"
+        raise ConfigError(
+            f"straggler model {name!r} has no option(s) {', '.join(map(repr, unknown))}; "
+            f"its options: {valid}"
+        )
+    values: dict[str, Any] = {}
+    for p in info.parameters:
+        if p.name in given:
+            values[p.name] = _coerce(name, p, given[p.name])
+        elif p.required:
+            raise ConfigError(f"straggler model {name!r} needs the option {p.describe()}")
+        else:
+            values[p.name] = p.default
+    return _BUILDERS[name](values, seed, n_workers)
+
+
+def _coerce(model: str, p: Param, value: Any) -> Any:
+    problem = f"straggler model {model!r}: {p.name} must be {p.type.__name__}, got {value!r}"
+    if p.type is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(problem)
+    if p.type is str:
+        if isinstance(value, str) and value:
+            return value
+        raise ConfigError(problem)
+    if isinstance(value, bool):
+        raise ConfigError(problem)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(problem) from None
+    if p.type is int:
+        if not (math.isfinite(number) and number.is_integer()):
+            raise ConfigError(problem)
+        return int(number)
+    return number

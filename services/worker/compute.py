@@ -57,12 +57,33 @@ class Computer:
 
     def compute(self, theta: np.ndarray, cancel: threading.Event | None = None) -> ComputeResult:
         start = time.perf_counter()
-        grads = np.empty((len(self.partitions), theta.shape[0]), dtype=np.float64)
-        for row, part in enumerate(self.partitions):
-            if cancel is not None and cancel.is_set():
-                raise Cancelled
-            grads[row] = self.model.grad_sum(theta, part.X, part.y)
-        if cancel is not None and cancel.is_set():
-            raise Cancelled
-        payload = encode(grads, self.coefficients)
+        if self.coefficients.shape[1] == 1:
+            payload = self._compute_summed(theta, cancel)
+        else:
+            grads = np.empty((len(self.partitions), theta.shape[0]), dtype=np.float64)
+            for row, part in enumerate(self.partitions):
+                _check(cancel)
+                grads[row] = self.model.grad_sum(theta, part.X, part.y)
+            payload = encode(grads, self.coefficients)
+        _check(cancel)
         return ComputeResult(payload, time.perf_counter() - start)
+
+    def _compute_summed(self, theta: np.ndarray, cancel: threading.Event | None) -> np.ndarray:
+        """Σ_j c_j g_j accumulated in place: no (p, ℓ) matrix, no copy for c_j = 1."""
+        payload: np.ndarray | None = None
+        for row, part in enumerate(self.partitions):
+            _check(cancel)
+            g = self.model.grad_sum(theta, part.X, part.y)
+            c = float(self.coefficients[row, 0])
+            if payload is None:
+                payload = g if c == 1.0 else c * g
+            elif c == 1.0:
+                payload += g
+            else:
+                payload += c * g
+        return payload if payload is not None else np.zeros(theta.shape[0])
+
+
+def _check(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Cancelled

@@ -1,0 +1,331 @@
+"""The straggler (delay) models: seeded extra waits after a worker's compute.
+
+Seeding (the choice, documented): each round draws one vector for all n workers
+from ``np.random.default_rng([seed, round, STREAM])`` and worker w takes entry w.
+So a delay is a pure function of (seed, round, worker, n_workers) and of the
+call's own ``compute_seconds``/``load``; every worker process, the coordinator
+and the simulator see the same delays in the same round, whichever policy runs
+(a paired comparison of policies, not two independent samples). One joint draw
+per round is also what "s random workers per round" needs. ``STREAM`` is a
+constant domain tag that keeps these draws independent of any other component
+that seeds ``default_rng([seed, round])`` (a policy's random choices, say):
+correlated delays and choices would bias a comparison.
+
+All delays are *added* after the real computation; none replaces it. A model
+that depends on the work done takes it from ``load`` (partitions held / k) or
+``compute_seconds`` (the measured compute time of this round).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from services.errors import ConfigError, DataError
+
+STREAM = 0x73747261  # "stra": the domain tag of straggler draws (see module docstring)
+
+
+def _check_count(model: str, count: int, n_workers: int) -> int:
+    if isinstance(count, bool) or int(count) != count or not 0 <= count <= n_workers:
+        raise ConfigError(
+            f"straggler model {model!r}: count must be an integer in 0..{n_workers} "
+            f"(the number of workers), got {count!r}"
+        )
+    return int(count)
+
+
+def _check_number(model: str, key: str, value: float, *, low: float, strict: bool) -> float:
+    ok = math.isfinite(value) and (value > low if strict else value >= low)
+    if not ok:
+        relation = ">" if strict else ">="
+        raise ConfigError(
+            f"straggler model {model!r}: {key} must be a finite number {relation} {low:g}, "
+            f"got {value!r}"
+        )
+    return float(value)
+
+
+class SeededDelay(ABC):
+    """Base of the random models: one draw of n_workers values per round, cached.
+
+    The cache holds the last round only: a worker process asks once per round
+    for itself, the simulator asks for every worker of a round in a row.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, *, seed: int, n_workers: int) -> None:
+        if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+            raise ConfigError(f"the straggler seed must be an integer >= 0, got {seed!r}")
+        if isinstance(n_workers, bool) or int(n_workers) != n_workers or n_workers < 1:
+            raise ConfigError(f"n_workers must be an integer >= 1, got {n_workers!r}")
+        self.seed = int(seed)
+        self.n_workers = int(n_workers)
+        self._cached: tuple[int, np.ndarray] | None = None
+
+    def _round_values(self, round: int) -> np.ndarray:
+        cached = self._cached  # one read: safe if another thread replaces it
+        if cached is not None and cached[0] == round:
+            return cached[1]
+        if round < 0:
+            raise ValueError(f"round must be >= 0, got {round}")
+        values = self._draw(np.random.default_rng([self.seed, int(round), STREAM]))
+        values.flags.writeable = False
+        self._cached = (round, values)
+        return values
+
+    def _value(self, worker: int, round: int) -> float:
+        if not 0 <= worker < self.n_workers:
+            raise ValueError(f"worker {worker} out of range 0..{self.n_workers - 1}")
+        return float(self._round_values(round)[worker])
+
+    @abstractmethod
+    def _draw(self, rng: np.random.Generator) -> np.ndarray:
+        """This round's values for all n_workers workers (float64)."""
+
+    @abstractmethod
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float: ...
+
+
+class NoDelay:
+    """No injected delay: the workers' real speeds only."""
+
+    name: ClassVar[str] = "none"
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        return 0.0
+
+
+class ExponentialDelay(SeededDelay):
+    """i.i.d. Exp(mean μ) seconds after compute, the model of ErasureHead's experiments."""
+
+    name: ClassVar[str] = "exponential"
+
+    def __init__(self, mean: float, *, seed: int, n_workers: int) -> None:
+        super().__init__(seed=seed, n_workers=n_workers)
+        self.mean = _check_number(self.name, "mean", mean, low=0.0, strict=False)
+
+    def _draw(self, rng: np.random.Generator) -> np.ndarray:
+        return rng.standard_exponential(self.n_workers) * self.mean
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        return self._value(worker, round)
+
+
+class ShiftedExponentialDelay(SeededDelay):
+    """T = a·load + Exp(rate λ/load), added after the real compute.
+
+    The load-scaled model of the gradient-coding papers (ErasureHead §4 with
+    a = 1): a worker with c/n of the data waits c/n·a plus an exponential of mean
+    (c/n)/λ. One standard exponential E per (round, worker) is drawn and scaled
+    by load/λ, so policies with different loads still share the randomness.
+    """
+
+    name: ClassVar[str] = "shifted-exponential"
+
+    def __init__(self, shift: float, rate: float, *, seed: int, n_workers: int) -> None:
+        super().__init__(seed=seed, n_workers=n_workers)
+        self.shift = _check_number(self.name, "shift", shift, low=0.0, strict=False)
+        self.rate = _check_number(self.name, "rate", rate, low=0.0, strict=True)
+
+    def _draw(self, rng: np.random.Generator) -> np.ndarray:
+        return rng.standard_exponential(self.n_workers)
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        if load < 0:
+            raise ValueError(f"load must be >= 0, got {load}")
+        e = self._value(worker, round)
+        return load * (self.shift + e / self.rate)
+
+
+class ParetoDelay(SeededDelay):
+    """Pareto(scale t_m, shape α) seconds: heavy-tailed, P(T > t) = (t_m/t)^α for t ≥ t_m.
+
+    Mean α·t_m/(α − 1) for α > 1 (infinite otherwise). numpy's ``pareto`` is the
+    Lomax law, so the classical Pareto sample is t_m·(1 + Lomax).
+    """
+
+    name: ClassVar[str] = "pareto"
+
+    def __init__(self, scale: float, shape: float, *, seed: int, n_workers: int) -> None:
+        super().__init__(seed=seed, n_workers=n_workers)
+        self.scale = _check_number(self.name, "scale", scale, low=0.0, strict=True)
+        self.shape = _check_number(self.name, "shape", shape, low=0.0, strict=True)
+
+    def _draw(self, rng: np.random.Generator) -> np.ndarray:
+        return self.scale * (1.0 + rng.pareto(self.shape, self.n_workers))
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        return self._value(worker, round)
+
+
+class _ChosenWorkers(SeededDelay):
+    """Picks ``count`` distinct workers per round (value 1.0 for chosen, 0.0 otherwise)."""
+
+    def __init__(self, count: int, *, seed: int, n_workers: int) -> None:
+        super().__init__(seed=seed, n_workers=n_workers)
+        self.count = _check_count(self.name, count, self.n_workers)
+
+    def _draw(self, rng: np.random.Generator) -> np.ndarray:
+        chosen = np.zeros(self.n_workers)
+        chosen[rng.choice(self.n_workers, size=self.count, replace=False)] = 1.0
+        return chosen
+
+    def chosen(self, round: int) -> tuple[int, ...]:
+        """The workers that straggle in ``round`` (for reports and tests)."""
+        return tuple(int(w) for w in np.flatnonzero(self._round_values(round)))
+
+
+class FixedDelay(_ChosenWorkers):
+    """``count`` random workers per round sleep an extra ``delay`` seconds."""
+
+    name: ClassVar[str] = "fixed"
+
+    def __init__(self, count: int, delay: float, *, seed: int, n_workers: int) -> None:
+        super().__init__(count, seed=seed, n_workers=n_workers)
+        self.seconds = _check_number(self.name, "delay", delay, low=0.0, strict=False)
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        return self.seconds * self._value(worker, round)
+
+
+class SlowdownDelay(_ChosenWorkers):
+    """``count`` random workers per round take κ× their compute time.
+
+    The extra wait is (κ − 1)·compute_seconds, so a straggler's total time is
+    κ times what it really spent computing in that round.
+    """
+
+    name: ClassVar[str] = "slowdown"
+
+    def __init__(self, count: int, factor: float, *, seed: int, n_workers: int) -> None:
+        super().__init__(count, seed=seed, n_workers=n_workers)
+        self.factor = _check_number(self.name, "factor", factor, low=1.0, strict=False)
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        if compute_seconds < 0:
+            raise ValueError(f"compute_seconds must be >= 0, got {compute_seconds}")
+        return (self.factor - 1.0) * compute_seconds * self._value(worker, round)
+
+
+class TraceDelay:
+    """Replays recorded delays: row = round, column = worker.
+
+    Formats (chosen by the file's suffix):
+
+    - ``.json``: a list of rounds, each a list of per-worker seconds
+      (``null`` = not recorded), or an object ``{"delays": <that list>}``;
+    - ``.csv``: a header ``round,worker,delay`` then one line per entry.
+
+    A round or worker the trace does not cover is an error naming what the
+    trace does cover, never a silent zero; ``cycle = true`` replays the trace
+    from its start after its last round.
+    """
+
+    name: ClassVar[str] = "trace"
+
+    def __init__(self, path: str | Path, *, n_workers: int, cycle: bool = False) -> None:
+        self.path = Path(path)
+        self.cycle = bool(cycle)
+        self.table = load_trace(self.path)
+        self.n_workers = int(n_workers)
+        if self.table.shape[1] < self.n_workers:
+            raise ConfigError(
+                f"trace {self.path} records {self.table.shape[1]} workers but the job has "
+                f"{self.n_workers}: record a trace with every worker or use fewer workers"
+            )
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        n_rounds = self.table.shape[0]
+        row = round % n_rounds if self.cycle else round
+        value = math.nan
+        if 0 <= row < n_rounds and 0 <= worker < self.table.shape[1]:
+            value = float(self.table[row, worker])
+        if math.isnan(value):
+            raise DataError(
+                f"trace {self.path} has no delay for worker {worker} in round {round} "
+                f"(it covers rounds 0..{n_rounds - 1} and workers 0..{self.table.shape[1] - 1}"
+                + ("" if self.cycle else "; set cycle = true to replay it from the start")
+                + ")"
+            )
+        return value
+
+
+def load_trace(path: Path) -> np.ndarray:
+    """Read a delay trace into a (rounds, workers) float64 array, NaN where missing."""
+    if not path.is_file():
+        raise ConfigError(
+            f"trace file {path} does not exist: give the path of a .json or .csv trace"
+        )
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            table = _trace_from_json(path)
+        elif suffix == ".csv":
+            table = _trace_from_csv(path)
+        else:
+            raise ConfigError(f"trace file {path} must end in .json or .csv, got {suffix!r}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
+        raise DataError(f"cannot read trace {path}: {exc}") from None
+    if table.size == 0:
+        raise DataError(f"trace {path} holds no delays")
+    finite = table[~np.isnan(table)]
+    if not bool(np.all(np.isfinite(finite) & (finite >= 0))):
+        raise DataError(f"trace {path} has a negative or infinite delay; delays are seconds >= 0")
+    return table
+
+
+def _trace_from_json(path: Path) -> np.ndarray:
+    doc: Any = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(doc, dict):
+        doc = doc.get("delays")
+    if not isinstance(doc, list) or not all(isinstance(row, list) for row in doc):
+        raise DataError(
+            f"trace {path} must be a list of rounds, each a list of per-worker delays "
+            '(or {"delays": [...]})'
+        )
+    width = max((len(row) for row in doc), default=0)
+    table = np.full((len(doc), width), np.nan)
+    for r, row in enumerate(doc):
+        for w, value in enumerate(row):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise DataError(f"trace {path}: round {r}, worker {w} is {value!r}, not seconds")
+            table[r, w] = float(value)
+    return table
+
+
+def _trace_from_csv(path: Path) -> np.ndarray:
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = [h.strip().lower() for h in next(reader, [])]
+        if header != ["round", "worker", "delay"]:
+            raise DataError(f"trace {path} must start with the header round,worker,delay")
+        entries: list[tuple[int, int, float]] = []
+        for line_no, line in enumerate(reader, start=2):
+            if not line or all(not cell.strip() for cell in line):
+                continue
+            try:
+                r, w, d = int(line[0]), int(line[1]), float(line[2])
+            except (ValueError, IndexError):
+                raise DataError(
+                    f"trace {path} line {line_no}: expected round,worker,delay, got {line!r}"
+                ) from None
+            if r < 0 or w < 0:
+                raise DataError(f"trace {path} line {line_no}: negative round or worker")
+            entries.append((r, w, d))
+    if not entries:
+        return np.zeros((0, 0))
+    arr = np.array(entries, dtype=np.float64)
+    rows, cols = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64)
+    table = np.full((int(rows.max()) + 1, int(cols.max()) + 1), np.nan)
+    table[rows, cols] = arr[:, 2]
+    return table
