@@ -76,7 +76,7 @@ def _split(X: Matrix, y: np.ndarray, name: str, task: str, seed: int,
     if not 0 < test_fraction < 1:
         raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
     n = y.shape[0]
-    n_test = int(round(n * test_fraction))
+    n_test = round(n * test_fraction)
     perm = np.random.default_rng([seed, 0x5717]).permutation(n)
     test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     return Dataset(name=name, task=task,  # type: ignore[arg-type]

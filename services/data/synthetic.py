@@ -55,7 +55,7 @@ def make_synthetic(
         y = (rng.random(rows) < p).astype(np.float64)
     else:
         y = margin + noise * rng.standard_normal(rows)
-    n_test = max(1, int(round(rows * test_fraction)))
+    n_test = max(1, round(rows * test_fraction))
     perm = np.random.default_rng([seed, 0x5717]).permutation(rows)
     test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     return Dataset(

@@ -75,11 +75,10 @@ def test_real_datasets_shapes(data_dir: Path) -> None:
     assert abs((kc.y_train.sum() + kc.y_test.sum()) / 21_613 - 0.54008814) < 1e-6
 
 
-def _corrupt_copy(data_dir: Path, tmp_path: Path, rel: str, content: bytes) -> Path:
-    target = tmp_path / rel
+def _write(root: Path, rel: str, content: bytes) -> None:
+    target = root / rel
     target.parent.mkdir(parents=True)
     target.write_bytes(content)
-    return tmp_path
 
 
 def test_corrupt_files_get_clear_errors(data_dir: Path, tmp_path: Path) -> None:
@@ -88,12 +87,12 @@ def test_corrupt_files_get_clear_errors(data_dir: Path, tmp_path: Path) -> None:
         "truncated": original[: len(original) // 2],
         "not gzip": b"ACTION,RESOURCE\n1,2\n",
         "bad header": gzip.compress(b"A,B,C,D,E,F,G,H,I,J\n1,2,3,4,5,6,7,8,9,10\n"),
-        "bad cell": gzip.compress(original and gzip.decompress(original)[:300].rsplit(b"\n", 1)[0]
+        "bad cell": gzip.compress(gzip.decompress(original)[:300].rsplit(b"\n", 1)[0]
                                   + b"\n1,x,3,4,5,6,7,8,9,10\n"),
     }
     for label, content in cases.items():
         d = tmp_path / label.replace(" ", "_")
-        _corrupt_copy(data_dir, d, "amazon_employee_access/train.csv.gz", content)
-        with pytest.raises(DataError, match="re-copy train.csv.gz") as info:
+        _write(d, "amazon_employee_access/train.csv.gz", content)
+        with pytest.raises(DataError, match=r"re-copy train\.csv\.gz") as info:
             load_dataset("amazon", {}, seed=0, data_dir=d)
         assert "train.csv.gz" in str(info.value), label
