@@ -54,7 +54,7 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> float:
         times = [r.round_seconds for r in job.records[1:]]  # round 0 warms up
         return statistics.mean(times)
     finally:
-        await server.stop(0)
+        await server.stop()
         for p in procs:
             p.wait(timeout=30)
 

@@ -9,6 +9,7 @@ chunk numbering, byte count) and raises :class:`WireError` naming it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,25 +41,60 @@ def _wire_dtype(array: np.ndarray) -> np.dtype:
     return dt
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk's fields; :meth:`fill` writes them into a TensorChunk in place.
+
+    Filling a chunk that already sits inside its envelope (``msg.result.payload``)
+    avoids the deep copies protobuf makes when a submessage is passed to a
+    constructor: a result is copied once, into its message.
+    """
+
+    key: str
+    index: int
+    count: int
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+    def fill(self, target: pb.TensorChunk) -> None:
+        target.key = self.key
+        target.index = self.index
+        target.count = self.count
+        target.dtype = self.dtype
+        target.shape.extend(self.shape)
+        target.data = self.data
+
+    def message(self) -> pb.TensorChunk:
+        out = pb.TensorChunk()
+        self.fill(out)
+        return out
+
+
+def chunks(key: str, array: np.ndarray, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Chunk]:
+    """Split ``array`` into chunks (at least one, even when empty), little-endian.
+
+    The array's buffer is sliced through a memoryview, so each byte is copied
+    once, into its chunk.
+    """
+    dt = _wire_dtype(array)
+    contiguous = np.ascontiguousarray(array, dtype=dt)
+    view = memoryview(contiguous.reshape(-1)).cast("B")
+    nbytes = view.nbytes
+    step = max(1, chunk_bytes - chunk_bytes % max(dt.itemsize, 1))
+    count = max(1, -(-nbytes // step))
+    shape = tuple(int(d) for d in array.shape)
+    for index in range(count):
+        data = bytes(view[index * step : (index + 1) * step])
+        yield Chunk(key, index, count, dt.str, shape, data)
+
+
 def tensor_chunks(
     key: str, array: np.ndarray, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Iterator[pb.TensorChunk]:
-    """Split ``array`` into TensorChunk messages (at least one, even when empty)."""
-    dt = _wire_dtype(array)
-    data = np.ascontiguousarray(array, dtype=dt).tobytes()
-    step = max(1, chunk_bytes - chunk_bytes % max(dt.itemsize, 1))
-    count = max(1, -(-len(data) // step))
-    shape = list(array.shape)
-    dtype = dt.str
-    for index in range(count):
-        yield pb.TensorChunk(
-            key=key,
-            index=index,
-            count=count,
-            dtype=dtype,
-            shape=shape,
-            data=data[index * step : (index + 1) * step],
-        )
+    """Split ``array`` into standalone TensorChunk messages."""
+    for c in chunks(key, array, chunk_bytes):
+        yield c.message()
 
 
 def to_array(chunk: pb.TensorChunk) -> np.ndarray:
@@ -86,6 +122,9 @@ class Assembler:
         self._shape = shape
         self._max_bytes = max_bytes
         self._parts: list[bytes] = []
+        self._buffer: bytearray | None = None
+        self._filled = 0
+        self._received = 0
         self._count = 0
         self._first: pb.TensorChunk | None = None
 
@@ -97,10 +136,9 @@ class Assembler:
             self._start(chunk)
         first = self._first
         assert first is not None
-        if chunk.index != len(self._parts):
+        if chunk.index != self._received:
             raise WireError(
-                f"tensor {self.key!r}: chunk {chunk.index} arrived, "
-                f"expected chunk {len(self._parts)}"
+                f"tensor {self.key!r}: chunk {chunk.index} arrived, expected chunk {self._received}"
             )
         if (
             chunk.count != first.count
@@ -108,8 +146,21 @@ class Assembler:
             or list(chunk.shape) != list(first.shape)
         ):
             raise WireError(f"tensor {self.key!r}: chunk {chunk.index} disagrees with chunk 0")
-        self._parts.append(chunk.data)
-        if len(self._parts) < self._count:
+        self._received += 1
+        data = chunk.data
+        if self._count == 1:
+            self._parts.append(data)  # the common case: no copy at all
+        else:
+            end = self._filled + len(data)
+            if self._buffer is None:
+                self._buffer = bytearray(self._nbytes)
+            if end > self._nbytes:
+                raise WireError(
+                    f"tensor {self.key!r}: more than the {self._nbytes} bytes of its shape"
+                )
+            self._buffer[self._filled : end] = data
+            self._filled = end
+        if self._received < self._count:
             return None
         return self._finish()
 
@@ -143,10 +194,12 @@ class Assembler:
     def _finish(self) -> np.ndarray:
         first = self._first
         assert first is not None
-        data = b"".join(self._parts)
-        if len(data) != self._nbytes:
+        data: bytes | bytearray = self._parts[0] if self._count == 1 else (
+            self._buffer if self._buffer is not None else b"")
+        size = len(data) if self._count == 1 else self._filled
+        if size != self._nbytes:
             raise WireError(
-                f"tensor {self.key!r}: {len(data)} bytes for shape {tuple(first.shape)} "
+                f"tensor {self.key!r}: {size} bytes for shape {tuple(first.shape)} "
                 f"of {first.dtype} ({self._nbytes} bytes expected)"
             )
         shape = tuple(int(d) for d in first.shape)

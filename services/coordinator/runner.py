@@ -32,11 +32,13 @@ from services.models.base import Model
 from services.policies.base import Estimate, Plan, Policy
 from services.proto import codedgd_pb2 as pb
 from services.reports import RoundRecord
-from services.wire import DEFAULT_CHUNK_BYTES, Assembler, tensor_chunks
+from services.wire import DEFAULT_CHUNK_BYTES, Assembler, chunks, tensor_chunks
 
 log = logging.getLogger("codedgd.coordinator")
 
-DECODE_IN_THREAD_DIM = 50_000
+# A decode that took less than this last round runs on the event loop (the thread
+# hand-off would cost more); longer ones run in a thread so the loop stays free.
+INLINE_DECODE_SECONDS = 0.002
 
 
 @dataclass
@@ -115,6 +117,7 @@ class JobRun:
     _late: int = 0
     _bytes_up: int = 0
     _acks: dict[int, asyncio.Future[str]] = field(default_factory=dict)
+    _last_decode: float = math.inf
 
     # ------------------------------------------------------------ events from sessions
 
@@ -354,11 +357,15 @@ class JobRun:
             raise JobFailed(self._infeasible_message(t, policy))
         # Serialize θ_t once; the same bytes go to every contacted worker.
         frames = []
-        for i, chunk in enumerate(tensor_chunks("theta", point, self.chunk_bytes)):
-            start = pb.RoundStart(
-                job_id=self.id, round=t, theta=chunk, params=dict(spec.params) if i == 0 else {}
-            )
-            frames.append(pb.CoordinatorMessage(round=start).SerializeToString())
+        for c in chunks("theta", point, self.chunk_bytes):
+            message = pb.CoordinatorMessage()
+            start = message.round
+            start.job_id = self.id
+            start.round = t
+            if c.index == 0:
+                start.params.update(spec.params)
+            c.fill(start.theta)
+            frames.append(message.SerializeToString())
         frame_bytes = sum(len(f) for f in frames)
         sent_at = time.perf_counter()
         for w in contacted:
@@ -411,14 +418,15 @@ class JobRun:
             self._workers[w].send(cancel)
         self.metrics.stragglers.labels("cancelled").inc(len(outstanding))
         try:
-            if point.shape[0] >= DECODE_IN_THREAD_DIM:
-                estimate = await asyncio.to_thread(policy.decode)
-            else:
+            if self._last_decode < INLINE_DECODE_SECONDS:
                 estimate = policy.decode()
+            else:
+                estimate = await asyncio.to_thread(policy.decode)
         except DecodeError as exc:
             self.metrics.decode_errors.inc()
             raise JobFailed(f"round {t}: decoding failed: {exc}") from None
         decode_s = time.perf_counter() - decodable_at
+        self._last_decode = decode_s
         return _Outcome(
             estimate=estimate,
             wait_seconds=decodable_at - sent_at,
@@ -497,8 +505,12 @@ def _partition_messages(
         ]
     else:
         tensors.append(("X", np.asarray(X, dtype=np.float64)))
-    return [
-        pb.CoordinatorMessage(data=pb.PartitionData(job_id=job_id, partition=partition, chunk=c))
-        for key, array in tensors
-        for c in tensor_chunks(key, array, chunk_bytes)
-    ]
+    messages = []
+    for key, array in tensors:
+        for c in chunks(key, array, chunk_bytes):
+            message = pb.CoordinatorMessage()
+            message.data.job_id = job_id
+            message.data.partition = partition
+            c.fill(message.data.chunk)
+            messages.append(message)
+    return messages

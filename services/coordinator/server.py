@@ -34,13 +34,18 @@ def _serialize(message: Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
+def _sized_worker_message(data: bytes) -> tuple[pb.WorkerMessage, int]:
+    """Parse a worker message and keep its size on the wire (for the traffic counters)."""
+    return pb.WorkerMessage.FromString(data), len(data)
+
+
 def _handlers(service: CoordinatorService) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {
             "Connect": grpc.stream_stream_rpc_method_handler(
                 service.Connect,
-                request_deserializer=pb.WorkerMessage.FromString,
+                request_deserializer=_sized_worker_message,
                 response_serializer=_serialize,
             ),
             "SubmitJob": grpc.unary_unary_rpc_method_handler(

@@ -30,6 +30,7 @@ PROTOCOL = "codedgd.v1"
 VERSION = "0.1.0"
 HELLO_TIMEOUT = 10.0
 MAX_KEPT_JOBS = 50
+SizedMessage = tuple[pb.WorkerMessage, int]
 
 
 class CoordinatorService:
@@ -132,10 +133,11 @@ class CoordinatorService:
     # ------------------------------------------------------------ workers
 
     async def Connect(
-        self, requests: AsyncIterator[pb.WorkerMessage], context: aio.ServicerContext
+        self, requests: AsyncIterator[SizedMessage], context: aio.ServicerContext
     ) -> AsyncIterator[pb.CoordinatorMessage | bytes]:
+        """A worker's stream; requests arrive as (message, bytes on the wire)."""
         try:
-            first = await asyncio.wait_for(anext(requests), timeout=HELLO_TIMEOUT)
+            first, _ = await asyncio.wait_for(anext(requests), timeout=HELLO_TIMEOUT)
         except (StopAsyncIteration, TimeoutError):
             return
         if first.WhichOneof("kind") != "hello" or first.hello.protocol != PROTOCOL:
@@ -180,17 +182,17 @@ class CoordinatorService:
             log.info("worker %s disconnected (%d connected)", session.name, len(self.sessions))
 
     async def _read(
-        self, session: WorkerSession, requests: AsyncIterator[pb.WorkerMessage]
+        self, session: WorkerSession, requests: AsyncIterator[SizedMessage]
     ) -> None:
         try:
-            async for message in requests:
+            async for message, size in requests:
                 session.last_seen = time.monotonic()
                 kind = message.WhichOneof("kind")
                 job = self._job_of(session)
                 if kind == "result":
                     if job is None or message.result.job_id != job.id:
                         continue  # a result of a finished job: nothing to do with it
-                    job.deliver(session, message.result, message.ByteSize())
+                    job.deliver(session, message.result, size)
                 elif kind == "ack" and job is not None:
                     job.ack(session, message.ack)
                 elif kind == "error" and job is not None:

@@ -34,15 +34,22 @@ from services.proto import codedgd_pb2 as pb
 from services.proto import codedgd_pb2_grpc as pb_grpc
 from services.security import Security
 from services.stragglers.base import StragglerModel
-from services.wire import GRPC_OPTIONS, Assembler, tensor_chunks, to_array
+from services.wire import GRPC_OPTIONS, Assembler, chunks, to_array
 from services.worker.compute import Cancelled, Computer, PartitionRows
 
 log = logging.getLogger("codedgd.worker")
 PROTOCOL = "codedgd.v1"
+# A computation that took less than this last round runs on the event loop: the
+# thread hand-off would cost more than it saves, and it is too short to delay a Cancel.
+INLINE_COMPUTE_SECONDS = 0.002
 
 
 class Rejected(CodedGDError):
     """The coordinator refused this worker; retrying would not help."""
+
+
+class CoordinatorLost(CodedGDError):
+    """The stream to the coordinator failed and reconnecting is off."""
 
 
 @dataclass
@@ -89,6 +96,7 @@ class WorkerAgent:
         self.delay_seconds_total = 0.0
         self.bytes_sent_total = 0
         self.connected = False
+        self._last_compute = float("inf")
 
     def stop(self) -> None:
         """Ask the worker to leave (SIGTERM handler): ends the stream and returns from run()."""
@@ -110,7 +118,12 @@ class WorkerAgent:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                     raise Rejected(exc.details() or "unauthenticated") from None
                 if not self.options.reconnect:
-                    raise
+                    if self._stop.is_set():
+                        return
+                    raise CoordinatorLost(
+                        f"lost the coordinator at {self.options.coordinator} "
+                        f"({exc.code().name}: {exc.details()})"
+                    ) from None
                 log.info(
                     "coordinator %s unavailable (%s); retrying",
                     self.options.coordinator,
@@ -333,7 +346,11 @@ class WorkerAgent:
         computer = job.computer
         assert computer is not None
         try:
-            result = await asyncio.to_thread(computer.compute, theta, cancel)
+            if self._last_compute < INLINE_COMPUTE_SECONDS:
+                result = computer.compute(theta, cancel)
+            else:
+                result = await asyncio.to_thread(computer.compute, theta, cancel)
+            self._last_compute = result.seconds
         except Cancelled:
             return
         except Exception as exc:
@@ -356,20 +373,16 @@ class WorkerAgent:
             self.delay_seconds_total += delay
             await asyncio.sleep(delay)  # cancelled at once by a Cancel
         self.bytes_sent_total += result.payload.nbytes
-        for i, chunk in enumerate(
-            tensor_chunks("gradient", result.payload, self.options.chunk_bytes)
-        ):
-            self._out.put_nowait(
-                pb.WorkerMessage(
-                    result=pb.Result(
-                        job_id=job.job_id,
-                        round=round_,
-                        payload=chunk,
-                        compute_seconds=result.seconds if i == 0 else 0.0,
-                        delay_seconds=delay if i == 0 else 0.0,
-                    )
-                )
-            )
+        for c in chunks("gradient", result.payload, self.options.chunk_bytes):
+            message = pb.WorkerMessage()
+            out = message.result
+            out.job_id = job.job_id
+            out.round = round_
+            if c.index == 0:
+                out.compute_seconds = result.seconds
+                out.delay_seconds = delay
+            c.fill(out.payload)  # in place: no copy of a nested message
+            self._out.put_nowait(message)
 
     def _cancel(self, job_id: str, round_: int) -> None:
         job = self._job
