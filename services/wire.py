@@ -79,7 +79,7 @@ def chunks(key: str, array: np.ndarray, chunk_bytes: int = DEFAULT_CHUNK_BYTES) 
     """
     dt = _wire_dtype(array)
     contiguous = np.ascontiguousarray(array, dtype=dt)
-    view = memoryview(contiguous.reshape(-1)).cast("B")
+    view = contiguous.reshape(-1).data.cast("B")
     nbytes = view.nbytes
     step = max(1, chunk_bytes - chunk_bytes % max(dt.itemsize, 1))
     count = max(1, -(-nbytes // step))
