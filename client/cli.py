@@ -21,10 +21,11 @@ import contextlib
 import datetime as dt
 import logging
 import math
+import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,56 @@ from services.job import Component, JobConfig
 from services.reports import RoundRecord, write_results
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
-EPILOG = "Documentation: README.md and docs/ in the codedgd repository."
+EPILOG = (
+    "Every --flag-name also reads its default from the environment variable "
+    "CODEDGD_FLAG_NAME (a flag on the command line wins). "
+    "Documentation: README.md and docs/ in the codedgd repository."
+)
+ENV_PREFIX = "CODEDGD_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_name(option: str) -> str:
+    """``--metrics-port`` → ``CODEDGD_METRICS_PORT``."""
+    return ENV_PREFIX + option.lstrip("-").upper().replace("-", "_")
+
+
+def apply_env_defaults(
+    parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None
+) -> None:
+    """Give every long option of every subcommand its default from CODEDGD_<NAME>.
+
+    Containers and cloud-init configure the services this way. A value that does not
+    parse is an error naming the variable, raised before anything starts.
+    """
+    env = os.environ if environ is None else environ
+    parsers = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.extend(action.choices.values())
+    for p in parsers:
+        for action in p._actions:
+            longs = [o for o in action.option_strings if o.startswith("--")]
+            if not longs or action.dest in ("help", "verbose"):
+                continue
+            name = env_name(longs[0])
+            if name not in env:
+                continue
+            raw = env[name]
+            if isinstance(action, argparse._StoreTrueAction) or (
+                action.nargs == 0 and action.const is True
+            ):
+                if raw.strip().lower() not in _TRUE | _FALSE:
+                    raise ConfigError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no")
+                action.default = raw.strip().lower() in _TRUE
+                continue
+            if action.nargs not in (None, "?"):
+                continue  # list-valued flags (e.g. --param) stay command-line only
+            try:
+                action.default = action.type(raw) if callable(action.type) else raw
+            except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+                raise ConfigError(f"{name}={raw!r} is not valid for {longs[0]}: {exc}") from None
 
 
 # ---------------------------------------------------------------- job options
@@ -542,6 +592,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    try:
+        apply_env_defaults(parser)
+    except ConfigError as exc:
+        print(f"codedgd: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2)

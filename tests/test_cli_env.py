@@ -1,0 +1,48 @@
+"""Environment-variable defaults of the CLI (how containers configure the services)."""
+
+from __future__ import annotations
+
+import pytest
+
+from client.cli import apply_env_defaults, build_parser, env_name, job_from_args
+from services.errors import ConfigError
+
+
+def parse(env: dict[str, str], *argv: str):  # type: ignore[no-untyped-def]
+    parser = build_parser()
+    apply_env_defaults(parser, env)
+    return parser.parse_args(list(argv))
+
+
+def test_env_name() -> None:
+    assert env_name("--metrics-port") == "CODEDGD_METRICS_PORT"
+
+
+def test_env_sets_worker_and_coordinator_flags() -> None:
+    args = parse({"CODEDGD_COORDINATOR": "coord:6000", "CODEDGD_METRICS_PORT": "9101"}, "worker")
+    assert args.coordinator == "coord:6000"
+    assert args.metrics_port == 9101
+    args = parse({"CODEDGD_RUN_DEFAULT_JOB": "true", "CODEDGD_LISTEN": "0.0.0.0:7"}, "coordinator")
+    assert args.run_default_job is True
+    assert args.listen == "0.0.0.0:7"
+
+
+def test_command_line_wins_over_env() -> None:
+    args = parse({"CODEDGD_COORDINATOR": "coord:6000"}, "worker", "--coordinator", "h:1")
+    assert args.coordinator == "h:1"
+
+
+def test_env_job_flags_reach_the_job() -> None:
+    args = parse(
+        {"CODEDGD_WORKERS": "7", "CODEDGD_POLICY": "ignore-stragglers", "CODEDGD_ROUNDS": "3"},
+        "submit",
+    )
+    job = job_from_args(args)
+    assert (job.workers, job.rounds, job.policy.name) == (7, 3, "ignore-stragglers")
+
+
+def test_bad_env_value_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="CODEDGD_METRICS_PORT='abc'"):
+        parse({"CODEDGD_METRICS_PORT": "abc"}, "worker")
+    with pytest.raises(ConfigError, match="CODEDGD_NO_RECONNECT"):
+        parse({"CODEDGD_NO_RECONNECT": "maybe"}, "worker")
