@@ -109,6 +109,11 @@ class CoordinatorMetrics:
         self.jobs = Counter(
             "codedgd_jobs_total", "Jobs finished, by final state.", ["state"], registry=r
         )
+        self.assignment_bytes = Counter(
+            "codedgd_assignment_bytes_total",
+            "Bytes of plans and training rows sent to workers at job start.",
+            registry=r,
+        )
         self.job_info = Info(
             "codedgd_job", "The running job's policy, model and dataset.", registry=r
         )

@@ -25,7 +25,14 @@ import numpy as np
 
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.sessions import Sessions, WorkerSession
-from services.data.dataset import Dataset, Matrix, partition_rows, take_rows
+from services.data.dataset import (
+    FINGERPRINT_PREFIX,
+    Dataset,
+    Matrix,
+    fingerprint,
+    partition_rows,
+    take_rows,
+)
 from services.errors import CodedGDError, ConfigError, DecodeError, JobFailed, WireError
 from services.job import JobConfig
 from services.models.base import Model
@@ -234,36 +241,43 @@ class JobRun:
             session.job_id = self.id
             session.index = index
             self._acks[index] = loop.create_future()
+        ds = prepared.dataset
         for index, session in enumerate(self._workers):
             wp = plan.workers[index]
             coeff = next(tensor_chunks("coefficients", wp.coefficients.astype(np.float64)))
-            session.send(
-                pb.CoordinatorMessage(
-                    assignment=pb.Assignment(
-                        job_id=self.id,
-                        worker_index=index,
-                        n_workers=n,
-                        job_json=job_json,
-                        partitions=list(wp.partitions),
-                        coefficients=coeff,
-                        chunks=wp.chunks,
-                        dim=dim,
-                        inline_data=True,
-                        options=dict(wp.options),
-                        n_partitions=plan.n_partitions,
-                    )
+            # A worker started with --data-dir loads real datasets itself (no data on the
+            # wire); the fingerprints let it prove it holds the rows planned here.
+            from_disk = session.has_data_dir and self.config.data.name != "synthetic"
+            options = dict(wp.options)
+            parts = {p: take_rows(ds.X_train, prepared.blocks[p]) for p in wp.partitions}
+            if from_disk:
+                for p in wp.partitions:
+                    key = f"{FINGERPRINT_PREFIX}{p}"
+                    options[key] = fingerprint(parts[p], ds.y_train[prepared.blocks[p]])
+            assignment = pb.CoordinatorMessage(
+                assignment=pb.Assignment(
+                    job_id=self.id,
+                    worker_index=index,
+                    n_workers=n,
+                    job_json=job_json,
+                    partitions=list(wp.partitions),
+                    coefficients=coeff,
+                    chunks=wp.chunks,
+                    dim=dim,
+                    inline_data=not from_disk,
+                    options=options,
+                    n_partitions=plan.n_partitions,
                 )
             )
-            for p in wp.partitions:
-                rows = prepared.blocks[p]
-                for message in _partition_messages(
-                    self.id,
-                    p,
-                    take_rows(prepared.dataset.X_train, rows),
-                    prepared.dataset.y_train[rows],
-                    self.chunk_bytes,
-                ):
+            session.send(assignment)
+            self.metrics.assignment_bytes.inc(assignment.ByteSize())
+            for p in wp.partitions if not from_disk else ():
+                messages = _partition_messages(
+                    self.id, p, parts[p], ds.y_train[prepared.blocks[p]], self.chunk_bytes
+                )
+                for message in messages:
                     session.send(message)
+                    self.metrics.assignment_bytes.inc(message.ByteSize())
                     await asyncio.sleep(0)
             session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.id)))
         for index, future in self._acks.items():

@@ -11,6 +11,9 @@ import scipy.sparse as sp
 Matrix: TypeAlias = np.ndarray | sp.csr_matrix
 Task: TypeAlias = Literal["classification", "regression"]
 
+# Assignment option key (followed by the partition index) carrying a partition's fingerprint.
+FINGERPRINT_PREFIX = "data.fingerprint."
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -48,3 +51,20 @@ def take_rows(X: Matrix, rows: np.ndarray) -> Matrix:
     if sp.issparse(X):
         return sp.csr_matrix(X[rows])
     return np.ascontiguousarray(X[rows])
+
+
+def fingerprint(X: Matrix, y: np.ndarray) -> str:
+    """A short digest of a partition's rows: workers that load data from their own
+    ``--data-dir`` prove they hold the same rows the coordinator planned with."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(np.asarray(X.shape, dtype=np.int64).tobytes())
+    if sp.issparse(X):
+        csr = sp.csr_matrix(X)
+        for part in (csr.indptr.astype(np.int64), csr.indices.astype(np.int64), csr.data):
+            h.update(np.ascontiguousarray(part, dtype=part.dtype).tobytes())
+    else:
+        h.update(np.ascontiguousarray(X, dtype=np.float64).tobytes())
+    h.update(np.ascontiguousarray(y, dtype=np.float64).tobytes())
+    return h.hexdigest()[:16]

@@ -28,7 +28,7 @@ import grpc
 import numpy as np
 import scipy.sparse as sp
 
-from services.errors import CodedGDError, WireError
+from services.errors import CodedGDError, DataError, WireError
 from services.job import JobConfig
 from services.proto import codedgd_pb2 as pb
 from services.proto import codedgd_pb2_grpc as pb_grpc
@@ -248,7 +248,7 @@ class WorkerAgent:
             parts = [self._partition_from_arrays(job, int(p)) for p in a.partitions]
         else:
             parts = self._partitions_from_disk(
-                config, [int(p) for p in a.partitions], a.n_partitions
+                config, [int(p) for p in a.partitions], a.n_partitions, dict(a.options)
             )
         coefficients = to_array(a.coefficients).astype(np.float64)
         straggler = create_straggler_model(
@@ -281,10 +281,10 @@ class WorkerAgent:
         return PartitionRows(p, X, y)
 
     def _partitions_from_disk(
-        self, config: JobConfig, partitions: list[int], k: int
+        self, config: JobConfig, partitions: list[int], k: int, options: dict[str, str]
     ) -> list[PartitionRows]:
         from services.data import load_dataset
-        from services.data.dataset import partition_rows, take_rows
+        from services.data.dataset import FINGERPRINT_PREFIX, fingerprint, partition_rows, take_rows
 
         if self.options.data_dir is None:
             raise WireError("the job loads data on workers but this worker has no --data-dir")
@@ -292,10 +292,20 @@ class WorkerAgent:
             config.data.name, config.data.options, seed=config.seed, data_dir=self.options.data_dir
         )
         blocks = partition_rows(ds.n_train, k, config.seed)
-        return [
+        parts = [
             PartitionRows(p, take_rows(ds.X_train, blocks[p]), ds.y_train[blocks[p]])
             for p in partitions
         ]
+        for part in parts:
+            expected = options.get(f"{FINGERPRINT_PREFIX}{part.index}")
+            if expected is not None and fingerprint(part.X, part.y) != expected:
+                raise DataError(
+                    f"partition {part.index} of {config.data.name!r} read from "
+                    f"{self.options.data_dir} differs from the coordinator's copy: give the "
+                    "worker the same dataset files, or start it without --data-dir so the "
+                    "coordinator sends the rows"
+                )
+        return parts
 
     def _ack(self, job_id: str, error: str) -> None:
         self._out.put_nowait(
