@@ -83,7 +83,7 @@ def time_interleaved(
         fn()
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(repeats):
-        for name in names[i % len(names):] + names[: i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             start = time.perf_counter()
             variants[name]()
             times[name].append(time.perf_counter() - start)
@@ -131,8 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     times = time_interleaved(variants, args.repeats)
     base = statistics.median(times[next(iter(variants))])
 
-    print(f"\ndata: {source}: {n:,} x {d:,} CSR, {X.nnz / n:.1f} non-zeros a row; "
-          f"{args.repeats} interleaved repeats\n")
+    print(
+        f"\ndata: {source}: {n:,} x {d:,} CSR, {X.nnz / n:.1f} non-zeros a row; "
+        f"{args.repeats} interleaved repeats\n"
+    )
     print("| variant | median ms | min ms | ratio to plain (median) |")
     print("|---|---:|---:|---:|")
     for name, ts in times.items():

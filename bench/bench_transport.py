@@ -26,25 +26,44 @@ from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-       "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
 def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, *args], env=ENV, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, *args],
+        env=ENV,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> float:
     server = await CoordinatorServer.start("127.0.0.1:0", assign_timeout=120)
-    procs = [_spawn(["-m", "client.cli", "worker", "--coordinator", f"127.0.0.1:{server.port}",
-                     "--no-reconnect"]) for _ in range(n)]
+    procs = [
+        _spawn(
+            [
+                "-m",
+                "client.cli",
+                "worker",
+                "--coordinator",
+                f"127.0.0.1:{server.port}",
+                "--no-reconnect",
+            ]
+        )
+        for _ in range(n)
+    ]
     try:
         config = JobConfig(
-            workers=n, rounds=rounds + 1, eval_every=10**6,
-            data=Component("synthetic", {"rows": 2 * n, "dim": dim, "density": 1e-6,
-                                         "test_fraction": 0.5}),
-            model=Component("logistic", {"l2": 0.0}), optimizer={"lr": 1e-3},
+            workers=n,
+            rounds=rounds + 1,
+            eval_every=10**6,
+            data=Component(
+                "synthetic", {"rows": 2 * n, "dim": dim, "density": 1e-6, "test_fraction": 0.5}
+            ),
+            model=Component("logistic", {"l2": 0.0}),
+            optimizer={"lr": 1e-3},
         )
         job = server.service.submit(config)
         while not job.finished:
@@ -61,8 +80,10 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> float:
 
 async def raw_round_seconds(n: int, dim: int, rounds: int) -> float:
     server, raw, port = await raw_grpc.serve(n, dim)
-    procs = [_spawn(["bench/raw_grpc.py", "worker", "--port", str(port), "--dim", str(dim)])
-             for _ in range(n)]
+    procs = [
+        _spawn(["bench/raw_grpc.py", "worker", "--port", str(port), "--dim", str(dim)])
+        for _ in range(n)
+    ]
     try:
         await asyncio.wait_for(raw.ready.wait(), timeout=60)
         return await raw_grpc.timed_rounds(raw, rounds)
@@ -87,8 +108,11 @@ async def main() -> None:
             raw = await raw_round_seconds(n, dim, rounds)
             ours = await codedgd_round_seconds(n, dim, rounds)
             mb = 2 * n * dim * 8 / 1e6
-            print(f"| {n} | {dim:,} | {mb:,.0f} | {1 / ours:.2f} | {1 / raw:.2f} | "
-                  f"{raw / ours:.2f} |", flush=True)
+            print(
+                f"| {n} | {dim:,} | {mb:,.0f} | {1 / ours:.2f} | {1 / raw:.2f} | "
+                f"{raw / ours:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
