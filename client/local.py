@@ -64,7 +64,11 @@ async def run_local(
     try:
         job = server.service.submit(config)
         job.on_record = on_record
-        env = {**os.environ, **SINGLE_THREAD_ENV, TOKEN_ENV: token}
+        # Workers get every setting as an argument; a CODEDGD_* variable meant for the
+        # coordinator (a metrics port, say) must not leak into them.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEDGD_")}
+        env.update(SINGLE_THREAD_ENV)
+        env[TOKEN_ENV] = token
         sink = log_file if log_file is not None else asyncio.subprocess.DEVNULL
         for i in range(config.workers):
             args = [

@@ -55,8 +55,9 @@ class WorkerProcesses:
         name: str = "w",
         extra: tuple[str, ...] = (),
     ) -> list[subprocess.Popen[bytes]]:
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        env.pop(TOKEN_ENV, None)
+        # CI exports CODEDGD_DATA_DIR for the coordinator; workers get only what a test gives.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEDGD_")}
+        env.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
         if token:
             env[TOKEN_ENV] = token
         new = [
