@@ -1,0 +1,168 @@
+"""Communication-efficient polynomial gradient code (Ye & Abbe style), pure numpy.
+
+The project's reconstruction of Ye & Abbe (ICML 2018, arXiv 1802.03475): cyclic placement
+with d ≥ s + m partitions per worker, polynomial encoding, and decoding from any n − s
+arrivals by one (n−s)×(n−s) Vandermonde solve. Each worker sends ⌈ℓ/m⌉ numbers.
+
+Construction (evaluation form). Worker i holds S_i = {i, .., i+d−1} (mod n) and owns an
+evaluation point α_i; m further points β_0..β_{m−1} are reserved. Every gradient is cut
+into m chunks g_j^(u). For partition j let Z_j(x) = Π_{k ∉ holders(j)} (x − α_k) (degree
+n − d) and ℓ_u the Lagrange basis on the β points (degree m − 1). The polynomial
+
+    p(x) = Σ_j Σ_u q_{j,u}(x)·g_j^(u),   q_{j,u}(x) = ℓ_u(x)·Z_j(x) / Z_j(β_u),
+
+has degree ≤ n − d + m − 1 ≤ n − s − 1, takes the value p(β_u) = Σ_j g_j^(u) = g^(u) at
+β_u, and at α_i only involves the partitions worker i holds (Z_j(α_i) = 0 otherwise).
+Worker i sends p(α_i), i.e. coefficients C_i[j, u] = q_{j,u}(α_i). Any n − d + m
+arrivals determine p (Ye & Abbe extract the leading coefficients in the monomial basis;
+the values at β are the same information in the Lagrange basis, and far better
+conditioned in floating point). Decoding: with V_F[i, v] = T_v(α_i) (Chebyshev basis,
+v < n−d+m) and Φ[u, v] = T_v(β_u), the weights are D = Φ V_F⁻¹ and g^(u) = Σ_i D[u, i]·f_i.
+
+Points: the n + m Chebyshev nodes of [−1, 1], β at evenly spread nodes, α the rest.
+``points="interleaved"`` (default) maps consecutive workers (who share partitions) to
+nodes far apart, which keeps the encoding coefficients O(10) and the decode accurate on
+random straggler sets up to n = 100; ``points="ordered"`` maps worker i to the i-th node
+and shows the instability the group code avoids (see docs/codes.md). Clusters of
+stragglers at neighbouring nodes still make V_F ill-conditioned as s grows: the
+condition number and the residual of every decode are returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.polynomial import chebyshev
+
+from services.codes.cyclic import LRU
+
+POINT_LAYOUTS = ("interleaved", "ordered")
+
+
+@dataclass(frozen=True)
+class PolynomialDecode:
+    """Decoding weights for the survivors ``workers`` (column k belongs to workers[k])."""
+
+    workers: tuple[int, ...]  # ascending
+    weights: np.ndarray  # (m, |F|) read-only
+    residual: float  # max |Σ_i D[u,i] C_i[j,u'] − δ_{uu'}| over partitions j and chunks
+    condition: float  # 2-norm condition number of the Chebyshev–Vandermonde V_F
+
+
+def chebyshev_nodes(count: int) -> np.ndarray:
+    """cos(π(2k+1)/(2·count)), k = 0..count−1: descending in (−1, 1)."""
+    return np.cos(np.pi * (2 * np.arange(count) + 1) / (2 * count))
+
+
+def interleave_step(n_workers: int, d: int) -> int:
+    """The smallest step >= n/d coprime with n: worker i goes to node i·step mod n."""
+    step = max(1, n_workers // d)
+    while math.gcd(step, n_workers) != 1:
+        step += 1
+    return step
+
+
+class PolynomialCode:
+    """The polynomial code for n workers tolerating s stragglers with messages ℓ/m long."""
+
+    def __init__(
+        self,
+        n_workers: int,
+        s: int,
+        m: int,
+        d: int | None = None,
+        *,
+        points: str = "interleaved",
+        cache_size: int = 4096,
+    ) -> None:
+        d = s + m if d is None else d
+        if s < 0 or m < 1 or d < s + m or d > n_workers:
+            raise ValueError(
+                f"polynomial code needs s >= 0, m >= 1 and s+m <= d <= n; "
+                f"got s={s}, m={m}, d={d}, n={n_workers}"
+            )
+        if points not in POINT_LAYOUTS:
+            raise ValueError(f"points={points!r}: choose one of {', '.join(POINT_LAYOUTS)}")
+        self.n = n_workers
+        self.s = s
+        self.m = m
+        self.d = d
+        self.points = points
+        self.need = n_workers - d + m  # arrivals that determine p (degree need − 1)
+        nodes = chebyshev_nodes(n_workers + m)
+        beta_at = [int((u + 0.5) * (n_workers + m) / m) for u in range(m)]
+        rest = np.delete(nodes, beta_at)
+        step = interleave_step(n_workers, d) if points == "interleaved" else 1
+        self.beta = nodes[beta_at].copy()
+        self.alpha = rest[(np.arange(n_workers) * step) % n_workers]
+        self.encoding = self._encoding_tensor()  # (n workers, n partitions, m)
+        self._phi = chebyshev.chebvander(self.beta, self.need - 1)  # (m, need)
+        self._cache: LRU[tuple[int, ...], PolynomialDecode] = LRU(cache_size)
+
+    @property
+    def tolerates(self) -> int:
+        """Stragglers survived: n − need = d − m (>= s)."""
+        return self.d - self.m
+
+    def support(self, worker: int) -> tuple[int, ...]:
+        return tuple((worker + t) % self.n for t in range(self.d))
+
+    def holders(self, partition: int) -> tuple[int, ...]:
+        return tuple((partition - t) % self.n for t in range(self.d))
+
+    def coefficients(self, worker: int) -> np.ndarray:
+        """(d, m): rows follow :meth:`support`."""
+        return self.encoding[worker, list(self.support(worker)), :].copy()
+
+    def _encoding_tensor(self) -> np.ndarray:
+        n, m = self.n, self.m
+        alpha, beta = self.alpha, self.beta
+        # ℓ_u(α_i) for every worker i and chunk u.
+        lag = np.ones((n, m))
+        for u in range(m):
+            for v in range(m):
+                if v != u:
+                    lag[:, u] *= (alpha - beta[v]) / (beta[u] - beta[v])
+        E = np.zeros((n, n, m), dtype=np.float64)
+        for j in range(n):
+            holders = list(self.holders(j))
+            roots = np.delete(alpha, holders)  # Z_j's roots: the workers not holding j
+            for u in range(m):
+                ratio = np.prod(
+                    (alpha[holders, None] - roots[None, :]) / (beta[u] - roots[None, :]), axis=1
+                )
+                E[holders, j, u] = lag[holders, u] * ratio
+        return E
+
+    def decode_weights(self, survivors: Sequence[int]) -> PolynomialDecode:
+        """Weights D for the first ``need`` survivors in ascending order (cached by set)."""
+        key = tuple(sorted(survivors))
+        if len(key) < self.need or len(set(key)) != len(key):
+            raise ValueError(f"need {self.need} distinct survivors, got {len(set(key))}")
+        key = key[: self.need]
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        V = chebyshev.chebvander(self.alpha[list(key)], self.need - 1)  # (need, need)
+        D = np.linalg.solve(V.T, self._phi.T).T  # D V = Φ
+        effective = np.einsum("ui,ijv->ujv", D, self.encoding[list(key)])
+        target = np.eye(self.m)[:, None, :]
+        residual = float(np.max(np.abs(effective - target)))
+        D.flags.writeable = False
+        out = PolynomialDecode(key, D, residual, float(np.linalg.cond(V)))
+        self._cache.put(key, out)
+        return out
+
+    def weights(self, arrival_order: Sequence[int]) -> tuple[np.ndarray, PolynomialDecode]:
+        """(m, need) weights aligned with the first ``need`` workers of ``arrival_order``."""
+        first = list(arrival_order)[: self.need]
+        dec = self.decode_weights(first)
+        idx = np.searchsorted(np.asarray(dec.workers), np.asarray(first))
+        return dec.weights[:, idx], dec
+
+    @property
+    def cache(self) -> LRU[tuple[int, ...], PolynomialDecode]:
+        return self._cache

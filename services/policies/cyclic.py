@@ -1,0 +1,166 @@
+"""``cyclic``: Tandon's cyclic repetition code (exact), least-squares decoded in float64.
+
+Worker i holds partitions i..i+s (mod n) and sends Σ_j B[i, j]·g_j; the round stops at the
+first n−s arrivals F and the estimate is Σ_{i∈F} a_i f_i with aᵀB_F = 1ᵀ solved by least
+squares, cached per F. The residual max|aᵀB_F − 1ᵀ| is reported in every Estimate; above
+``tol`` the decode is refused with a DecodeError (counted in ``residual_errors`` here and
+in the coordinator's decode-error metric), never a silent wrong step.
+See :mod:`services.codes.cyclic`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.codes.cyclic import H_KINDS, CyclicCode
+from services.errors import ConfigError, DecodeError, PlanError
+from services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan, check_n
+from services.policies.frc import check_one_partition_per_worker, check_payload
+from services.policies.registry import register
+
+
+class ArrivalBuffer:
+    """The messages of one round, one row per arrival, reused across rounds.
+
+    Copying each message into its row as it arrives (between arrivals) lets the decode
+    be one BLAS product ``weights @ rows`` once the round is decodable.
+    """
+
+    def __init__(self) -> None:
+        self._rows: np.ndarray | None = None
+        self.count = 0
+
+    def reset(self, rows: int, length: int) -> None:
+        if self._rows is None or self._rows.shape != (rows, length):
+            self._rows = np.empty((rows, length), dtype=np.float64)
+        self.count = 0
+
+    def add(self, payload: np.ndarray) -> int:
+        """Store a message; return its row."""
+        if self._rows is None or self.count >= self._rows.shape[0]:
+            raise DecodeError("arrival buffer full: more arrivals than the decode uses")
+        self._rows[self.count] = payload
+        self.count += 1
+        return self.count - 1
+
+    @property
+    def full(self) -> bool:
+        return self._rows is not None and self.count == self._rows.shape[0]
+
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            raise DecodeError("arrival buffer used before begin_round()")
+        return self._rows[: self.count]
+
+
+@register
+class CyclicRepetition(Policy):
+    name = "cyclic"
+    summary = (
+        "Tandon's cyclic repetition: worker i holds partitions i..i+s; decode from the "
+        "first n-s arrivals by least squares (residual checked); exact"
+    )
+    exact = True
+    parameters = (
+        Param("s", int, 1, "stragglers tolerated (0 <= s < n); load (s+1)/n"),
+        Param(
+            "h",
+            str,
+            "orthonormal",
+            "the matrix H the code is built from: orthonormal (orthonormal rows, "
+            "better conditioned) or gaussian (the paper's)",
+        ),
+        Param("tol", float, 1e-6, "largest decode residual max|a^T B_F - 1^T| accepted"),
+    )
+
+    def __init__(
+        self, s: int = 1, h: str = "orthonormal", tol: float = 1e-6, seed: int = 0
+    ) -> None:
+        if h not in H_KINDS:
+            raise ConfigError(
+                f"cyclic: h={h!r} is not a known H: choose h in {{{','.join(H_KINDS)}}}"
+            )
+        if not tol > 0:
+            raise ConfigError(f"cyclic: tol must be positive, got tol={tol}")
+        self.s = s
+        self.h = h
+        self.tol = tol
+        self.seed = seed
+        self.code: CyclicCode | None = None
+        self.residual_errors = 0  # decodes refused for a residual above tol
+        self.last_residual = 0.0
+        self.last_condition = 0.0
+        self._buffer = ArrivalBuffer()
+        self._arrived: list[int] = []
+        self._dim = 0
+        self._started = False
+
+    def plan(self, n_workers: int, n_partitions: int) -> Plan:
+        check_n(n_workers, n_partitions)
+        check_one_partition_per_worker(self.name, n_workers, n_partitions)
+        if not 0 <= self.s < n_workers:
+            top = n_workers - 1
+            raise PlanError(
+                f"cyclic needs 0 <= s < n; got s={self.s}, n={n_workers}: "
+                f"choose s in 0..{top} (s={min(max(self.s, 0), top)} is the nearest)"
+            )
+        rng = np.random.default_rng([self.seed, 0x6379636C])  # the job seed, this code's stream
+        self.code = CyclicCode(n_workers, self.s, h=self.h, rng=rng)
+        workers = tuple(
+            WorkerPlan(self.code.support(i), self.code.coefficients(i)) for i in range(n_workers)
+        )
+        return Plan(n_workers, n_partitions, workers)
+
+    def _code(self) -> CyclicCode:
+        if self.code is None:
+            raise DecodeError("cyclic: used before plan()")
+        return self.code
+
+    @property
+    def wanted(self) -> int:
+        return self._code().n - self.s
+
+    def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
+        code = self._code()
+        self._dim = int(theta.shape[0])
+        self._buffer.reset(self.wanted, self._dim)
+        self._arrived = []
+        self._started = True
+        return RoundSpec(round=t, workers=tuple(range(code.n)))
+
+    def offer(self, worker: int, payload: np.ndarray | None) -> bool:
+        n = self._code().n
+        if not self._started:
+            raise DecodeError("cyclic: offer() before begin_round()")
+        if not 0 <= worker < n:
+            raise DecodeError(f"cyclic: unknown worker {worker} (n = {n})")
+        if worker in self._arrived:
+            raise DecodeError(f"cyclic: worker {worker} offered twice in one round")
+        vector = check_payload(self.name, worker, payload, self._dim)
+        if not self._buffer.full:
+            self._buffer.add(vector)
+            self._arrived.append(worker)
+        return self._buffer.full
+
+    def decode(self) -> Estimate:
+        code = self._code()
+        if not self._started or not self._buffer.full:
+            raise DecodeError(f"cyclic: {len(self._arrived)} of {self.wanted} arrivals")
+        a, vec = code.weights(self._arrived)
+        self.last_residual = vec.residual
+        self.last_condition = vec.condition
+        if not vec.residual <= self.tol:
+            self.residual_errors += 1
+            raise DecodeError(
+                f"cyclic: decode residual max|a^T B_F - 1^T| = {vec.residual:.3g} exceeds "
+                f"tol={self.tol:g} for survivors {list(vec.workers)} (condition number "
+                f"{vec.condition:.3g}); use h=orthonormal, a smaller s, or a group code"
+            )
+        gradient: np.ndarray = a @ self._buffer.rows()
+        return Estimate(gradient, tuple(self._arrived), exact=True, residual=vec.residual)
+
+    def feasible(self, outstanding: frozenset[int]) -> bool:
+        if self.code is None:
+            return True
+        pending = len(outstanding - set(self._arrived))
+        return len(self._arrived) + pending >= self.wanted

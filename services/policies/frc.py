@@ -1,0 +1,151 @@
+"""``frc``: Tandon's fractional repetition code (exact), and helpers shared by code policies.
+
+Groups of s+1 consecutive workers hold the same s+1 partitions and send their plain
+sum; the round is decodable once every group has an arrival, and the estimate is the
+sum of one message per group. See :mod:`services.codes.frc` and SCHEMES.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from services.codes.frc import divisors, frc_groups
+from services.errors import DecodeError, PlanError
+from services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan, check_n
+from services.policies.registry import register
+
+
+def nearest(choices: Iterable[int], asked: int, count: int = 4) -> str:
+    """The ``count`` valid choices closest to what was asked, as "{a,b,c}"."""
+    picks = sorted(sorted(set(choices), key=lambda c: (abs(c - asked), c))[:count])
+    return "{" + ",".join(str(c) for c in picks) + "}"
+
+
+def check_one_partition_per_worker(name: str, n_workers: int, n_partitions: int) -> None:
+    if n_partitions != n_workers:
+        raise PlanError(
+            f"{name} places the k = n partitions itself: use k = n = {n_workers} partitions "
+            f"(got k = {n_partitions}; leave job.partitions at 0)"
+        )
+
+
+def check_payload(name: str, worker: int, payload: np.ndarray | None, length: int) -> np.ndarray:
+    """The payload as a float64 vector of the planned length, or a DecodeError."""
+    if payload is None:
+        raise DecodeError(f"{name}: worker {worker} sent no gradient (skipped upload)")
+    if payload.shape != (length,):
+        raise DecodeError(
+            f"{name}: worker {worker} sent a payload of shape {payload.shape}, expected ({length},)"
+        )
+    return payload
+
+
+class GroupSum(Policy):
+    """Fractional-repetition placement with groups of ``group_size``; sums one per group."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._r = 1
+        self._dim = 0
+        self._first: list[np.ndarray | None] = []
+        self._used: list[int] = []
+        self._arrived: set[int] = set()
+        self._started = False
+
+    def _plan_groups(self, n_workers: int, n_partitions: int, group_size: int) -> Plan:
+        self._n = n_workers
+        self._r = group_size
+        workers = tuple(
+            WorkerPlan.summing(members)
+            for members in frc_groups(n_workers, group_size)
+            for _ in members
+        )
+        return Plan(n_workers, n_partitions, workers)
+
+    @property
+    def n_groups(self) -> int:
+        return self._n // self._r
+
+    def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
+        if self._n == 0:
+            raise DecodeError(f"{self.name}: begin_round() before plan()")
+        self._dim = int(theta.shape[0])
+        self._first = [None] * self.n_groups
+        self._used = []
+        self._arrived = set()
+        self._started = True
+        return RoundSpec(round=t, workers=tuple(range(self._n)))
+
+    def _record(self, worker: int, payload: np.ndarray | None) -> None:
+        if not self._started:
+            raise DecodeError(f"{self.name}: offer() before begin_round()")
+        if not 0 <= worker < self._n:
+            raise DecodeError(f"{self.name}: unknown worker {worker} (n = {self._n})")
+        if worker in self._arrived:
+            raise DecodeError(f"{self.name}: worker {worker} offered twice in one round")
+        vector = check_payload(self.name, worker, payload, self._dim)
+        self._arrived.add(worker)
+        group = worker // self._r
+        if self._first[group] is None:  # later members of a covered group are not needed
+            self._first[group] = vector
+            self._used.append(worker)
+
+    def _all_covered(self) -> bool:
+        return len(self._used) == self.n_groups
+
+    def _group_sum(self) -> np.ndarray:
+        vectors = [v for v in self._first if v is not None]
+        out = np.zeros(self._dim, dtype=np.float64) if not vectors else vectors[0].copy()
+        for v in vectors[1:]:
+            out += v
+        return out
+
+    def _coverable(self, outstanding: frozenset[int]) -> bool:
+        pending = {w // self._r for w in outstanding if w not in self._arrived}
+        return all(f is not None or g in pending for g, f in enumerate(self._first))
+
+
+@register
+class FractionalRepetition(GroupSum):
+    name = "frc"
+    summary = (
+        "Tandon's fractional repetition: groups of s+1 workers share s+1 partitions and "
+        "send their sum; done when every group has an arrival; exact, tolerates any s"
+    )
+    exact = True
+    parameters = (Param("s", int, 1, "stragglers tolerated (s+1 must divide n)"),)
+
+    def __init__(self, s: int = 1) -> None:
+        super().__init__()
+        self.s = s
+
+    def plan(self, n_workers: int, n_partitions: int) -> Plan:
+        check_n(n_workers, n_partitions)
+        check_one_partition_per_worker(self.name, n_workers, n_partitions)
+        valid_s = [d - 1 for d in divisors(n_workers)]
+        if not 0 <= self.s < n_workers:
+            raise PlanError(
+                f"frc needs 0 <= s < n; got s={self.s}, n={n_workers}: "
+                f"choose s in {nearest(valid_s, self.s)}"
+            )
+        if n_workers % (self.s + 1):
+            raise PlanError(
+                f"frc needs s+1 to divide n: s+1={self.s + 1} does not divide n={n_workers}: "
+                f"choose s in {nearest(valid_s, self.s)}"
+            )
+        return self._plan_groups(n_workers, n_partitions, self.s + 1)
+
+    def offer(self, worker: int, payload: np.ndarray | None) -> bool:
+        self._record(worker, payload)
+        return self._all_covered()
+
+    def decode(self) -> Estimate:
+        if not self._started or not self._all_covered():
+            missing = [g for g, f in enumerate(self._first) if f is None]
+            raise DecodeError(f"frc: groups {missing} have no arrival yet")
+        return Estimate(self._group_sum(), tuple(self._used), exact=True)
+
+    def feasible(self, outstanding: frozenset[int]) -> bool:
+        return self._coverable(outstanding)
