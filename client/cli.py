@@ -8,6 +8,9 @@
     codedgd status         jobs and workers of a coordinator
     codedgd cancel         cancel a job
     codedgd policies       the aggregation policies and their parameters
+    codedgd simulate       the same job on a virtual clock (client/sim_cli.py)
+    codedgd report         plots and tables from result files (client/sim_cli.py)
+    codedgd health         container healthcheck probe (client/health.py)
 
 Every error a user can cause prints one line naming the fix (exit status 2);
 never a traceback.
@@ -587,6 +590,14 @@ def build_parser() -> argparse.ArgumentParser:
         "policies", help="list the aggregation policies and their parameters", epilog=EPILOG
     )
     p.set_defaults(func=cmd_policies)
+
+    # Commands that live in their own modules.
+    from client.health import add_parser as add_health_parser
+    from client.sim_cli import add_report_parser, add_simulate_parser
+
+    add_simulate_parser(sub)
+    add_report_parser(sub)
+    add_health_parser(sub)
     return parser
 
 

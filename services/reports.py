@@ -11,7 +11,7 @@ import csv
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,12 @@ class RoundRecord:
     computations: int  # workers asked to compute this round
     cancelled: int  # workers sent Cancel
     late_dropped: int  # results of earlier rounds dropped while this round ran
+    # Per-worker timings of the results offered to the policy this round (a delay trace
+    # can be made from them, see services.sim.trace): worker → seconds from the broadcast
+    # of θ_t to the result's arrival, and worker → its reported compute seconds.
+    # Empty when not recorded (older files, the wire's RoundReport).
+    response_seconds: Mapping[int, float] = field(default_factory=dict)
+    worker_compute_seconds: Mapping[int, float] = field(default_factory=dict)
 
     def to_pb(self, job_id: str) -> pb.RoundReport:
         return pb.RoundReport(
@@ -90,6 +96,9 @@ class RoundRecord:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["workers_used"] = list(self.workers_used)
+        for key in _TIMING_MAPS:
+            # JSON object keys are strings; from_dict turns them back into worker indices.
+            d[key] = {str(w): float(s) for w, s in getattr(self, key).items()}
         for key in ("loss", "metric"):
             if isinstance(d[key], float) and math.isnan(d[key]):
                 d[key] = None
@@ -102,7 +111,15 @@ class RoundRecord:
         for key in ("loss", "metric"):
             if values.get(key) is None:
                 values[key] = math.nan
+        for key in _TIMING_MAPS:
+            raw = values.get(key) or {}
+            if isinstance(raw, str):  # a CSV cell holds the JSON object
+                raw = json.loads(raw) if raw.strip() else {}
+            values[key] = {int(w): float(s) for w, s in dict(raw).items()}
         return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
+
+
+_TIMING_MAPS = ("response_seconds", "worker_compute_seconds")
 
 
 def write_results(
@@ -135,6 +152,8 @@ def _write_csv(path: Path, records: Iterable[RoundRecord]) -> None:
         for r in records:
             row = r.to_dict()
             row["workers_used"] = " ".join(str(w) for w in r.workers_used)
+            for key in _TIMING_MAPS:
+                row[key] = json.dumps(row[key], separators=(",", ":")) if row[key] else ""
             writer.writerow(row)
 
 

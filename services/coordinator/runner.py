@@ -88,6 +88,8 @@ class _Outcome:
     computations: int
     cancelled: int
     late: int
+    responses: dict[int, float]  # worker → seconds from θ_t sent to its result received
+    computes: dict[int, float]  # worker → its reported compute seconds
 
 
 @dataclass
@@ -302,7 +304,6 @@ class JobRun:
         wall = 0.0
         self.metrics.job_info.info(
             {
-                "job_id": self.id,
                 "policy": policy.name,
                 "model": cfg.model.name,
                 "dataset": cfg.data.name,
@@ -346,6 +347,8 @@ class JobRun:
                 computations=out.computations,
                 cancelled=out.cancelled,
                 late_dropped=out.late,
+                response_seconds=out.responses,
+                worker_compute_seconds=out.computes,
             )
             wait_s, decode_s = out.wait_seconds, out.decode_seconds
             self.metrics.round_duration.labels(policy_label).observe(round_s)
@@ -390,6 +393,8 @@ class JobRun:
         self.metrics.computations.inc(len(contacted))
         compute_max = 0.0
         uploads = 0
+        responses: dict[int, float] = {}
+        computes: dict[int, float] = {}
         deadline = sent_at + self.config.round_timeout
         decodable = not outstanding and policy.feasible(frozenset())
         while not decodable:
@@ -423,6 +428,8 @@ class JobRun:
             self.metrics.worker_compute.labels(label).observe(event.result.compute_seconds)
             self.metrics.worker_response.labels(label).observe(event.received - sent_at)
             compute_max = max(compute_max, event.result.compute_seconds)
+            responses[event.worker] = event.received - sent_at
+            computes[event.worker] = event.result.compute_seconds
             decodable = policy.offer(event.worker, event.payload)
         decodable_at = time.perf_counter()
         cancel = pb.CoordinatorMessage(
@@ -452,6 +459,8 @@ class JobRun:
             computations=len(contacted),
             cancelled=len(outstanding),
             late=self._late,
+            responses=responses,
+            computes=computes,
         )
 
     def _infeasible_message(self, t: int, policy: Policy) -> str:

@@ -1,0 +1,272 @@
+"""`codedgd simulate` and `codedgd report` (wired into client/cli.py's parser).
+
+    codedgd simulate   a job on the discrete-event simulator (virtual clock, real arithmetic)
+    codedgd report     figures and a time-to-target table from result files
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from client.cli import EPILOG, add_job_arguments, job_from_args
+from services.errors import ConfigError
+from services.job import Component, JobConfig
+
+
+def _float_or_inf(text: str) -> float:
+    value = float(text)  # accepts "inf"
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError("not a number")
+    return value
+
+
+def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``simulate`` to a subparsers object (``parser.add_subparsers()``)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate",
+        help="simulate a job on a virtual clock (same policies and arithmetic as run)",
+        description=(
+            "Run a job exactly as `codedgd run` would (same data, partitions, policy, "
+            "encoded gradients, optimizer and seeded straggler delays) on a virtual clock: "
+            "each worker responds after downlink + compute + straggler delay + uplink "
+            "seconds of the cost model below, and arrivals are offered to the policy in "
+            "that order until it can decode. Writes the same result files as run "
+            "(JSON and CSV). Only the gradients that are used are computed, so n = 1000 "
+            "workers take minutes. See docs/simulator.md."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_job_arguments(p)
+    p.add_argument("--data-dir", help="directory of the real datasets (default $CODEDGD_DATA_DIR)")
+    p.add_argument(
+        "--output",
+        "-o",
+        help="result file (.json; a .csv is written beside it); "
+        "default results/sim-<policy>-n<N>-seed<S>-<time>.json",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c = p.add_argument_group("cost model (virtual seconds)")
+    c.add_argument(
+        "--compute",
+        choices=("model", "measured", "none"),
+        default="model",
+        help="compute time: model = seconds-per-sample·rows + seconds-per-partition·"
+        "partitions of the worker (default); measured = the wall time of its real "
+        "gradient computation here (computes every contacted worker); none = 0",
+    )
+    c.add_argument(
+        "--seconds-per-sample",
+        type=float,
+        help="compute seconds per training row (default: calibrated on this machine "
+        "by timing the model's gradient)",
+    )
+    c.add_argument(
+        "--seconds-per-partition",
+        type=float,
+        help="fixed compute seconds per partition held (default: calibrated)",
+    )
+    c.add_argument(
+        "--latency",
+        type=float,
+        default=0.0002,
+        help="one-way latency of every coordinator↔worker link, seconds (default 0.0002)",
+    )
+    c.add_argument(
+        "--bandwidth",
+        type=_float_or_inf,
+        default=1.0e9,
+        help="bandwidth of every worker's own link, bytes/s; inf = free (default 1e9)",
+    )
+    c.add_argument(
+        "--ingress-bandwidth",
+        type=_float_or_inf,
+        help="shared bandwidth into the coordinator, bytes/s: results are received one "
+        "at a time, first come first served (default unlimited)",
+    )
+    c.add_argument(
+        "--egress-bandwidth",
+        type=_float_or_inf,
+        help="shared bandwidth out of the coordinator, bytes/s: the n copies of θ leave "
+        "one after another (default unlimited)",
+    )
+    c.add_argument(
+        "--decode-seconds",
+        type=float,
+        help="decode time per round, seconds (default: the measured time of the policy's "
+        "decode)",
+    )
+    c.add_argument(
+        "--round-overhead",
+        type=float,
+        default=0.0,
+        help="coordinator seconds per round for serialization and the step (default 0)",
+    )
+    c.add_argument(
+        "--ideal",
+        action="store_true",
+        help="no compute, communication or decode time: only the straggler delays "
+        "(the setting of the closed forms in SCHEMES.md); overrides the flags above",
+    )
+    t = p.add_argument_group("replaying a recorded run")
+    t.add_argument(
+        "--trace-from-results",
+        metavar="RESULTS.json",
+        help="make a delay trace from the per-worker response times in a result file of "
+        "`codedgd run` (or simulate) and use it as the straggler model (cycled)",
+    )
+    t.add_argument(
+        "--trace-kind",
+        choices=("excess", "response"),
+        default="excess",
+        help="excess (default): response − compute, replayed on top of this cost model's "
+        "compute; response: the whole response time (use with --ideal)",
+    )
+    t.add_argument(
+        "--trace-out",
+        metavar="TRACE.json",
+        help="where to write that trace (.json or .csv; default beside --output)",
+    )
+    p.set_defaults(func=cmd_simulate)
+    return p
+
+
+def cost_from_args(args: argparse.Namespace) -> Any:
+    from services.sim.cost import CostModel
+
+    if args.ideal:
+        return CostModel.ideal()
+    return CostModel(
+        compute=args.compute,
+        seconds_per_sample=args.seconds_per_sample,
+        seconds_per_partition=args.seconds_per_partition,
+        latency_seconds=args.latency,
+        bandwidth_bytes_per_second=args.bandwidth,
+        ingress_bandwidth_bytes_per_second=args.ingress_bandwidth,
+        egress_bandwidth_bytes_per_second=args.egress_bandwidth,
+        decode_seconds=args.decode_seconds,
+        round_overhead_seconds=args.round_overhead,
+    )
+
+
+def _default_output(config: JobConfig) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name = f"sim-{config.policy.name}-n{config.workers}-seed{config.seed}-{stamp}.json"
+    return Path("results") / name
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from client.cli import _summary_line, summarize
+    from client.progress import Progress
+    from services.reports import write_results
+    from services.sim import Simulator
+    from services.sim.trace import trace_from_results, write_trace
+
+    config = job_from_args(args)
+    cost = cost_from_args(args)
+    out = Path(args.output) if args.output else _default_output(config)
+    if args.trace_from_results:
+        table = trace_from_results(args.trace_from_results, kind=args.trace_kind)
+        trace_path = Path(args.trace_out) if args.trace_out else out.with_name(
+            out.stem + "-trace.json"
+        )
+        write_trace(trace_path, table, kind=args.trace_kind, source=str(args.trace_from_results))
+        print(f"trace: {trace_path} ({len(table)} rounds, kind {args.trace_kind})")
+        config = config.replace(
+            stragglers=Component("trace", {"path": str(trace_path.resolve()), "cycle": True})
+        )
+    started = time.time()
+    sim = Simulator(config, cost, data_dir=args.data_dir)
+    progress = Progress(config.rounds, enabled=not args.no_progress)
+    try:
+        result = sim.run(on_record=progress.update)
+    finally:
+        progress.close()
+    summary = summarize(result.records, time.time() - started, config)
+    summary["gradients_computed"] = result.gradients_computed
+    summary["gradients_skipped"] = result.gradients_skipped
+    simulation: dict[str, Any] = {
+        "cost": result.cost.to_dict(),
+        "calibration": vars(result.calibration) if result.calibration else None,
+    }
+    job_doc = {**config.to_dict(), "job_id": result.job_id, "simulation": simulation}
+    json_path = write_results(out, job_doc, result.records, summary)
+    csv_path = write_results(json_path.with_suffix(".csv"), {}, result.records, {})
+    print(_summary_line(summary) + " (simulated time)")
+    print(
+        f"simulated in {result.elapsed_seconds:.1f} s; {result.gradients_computed} worker "
+        f"gradients computed, {result.gradients_skipped} skipped (cancelled)"
+    )
+    print(f"results: {json_path} and {csv_path}")
+    return 0
+
+
+def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``report`` to a subparsers object."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "report",
+        help="plots and a time-to-target table from result files",
+        description=(
+            "Read result files of `codedgd run` / `codedgd simulate` (.json) and write, "
+            "into --out-dir: loss and held-out metric against wall-clock time and against "
+            "rounds, the distribution of round times per run (PNG and SVG), report.md "
+            "(a markdown table of round times, final loss/metric, time to the target loss "
+            "and speedups over the baseline, with the figures) and report.json (the same "
+            "numbers at full precision). One color per policy. Needs matplotlib "
+            "(pip install 'codedgd[report]')."
+        ),
+        epilog=EPILOG,
+    )
+    p.add_argument("results", nargs="+", metavar="RESULTS.json", help="result files")
+    p.add_argument(
+        "--out-dir", "-o", default="report", help="directory of the report (default ./report)"
+    )
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="a legend label per result file, in order, repeatable "
+        "(default: policy(params), [sim] for simulated runs)",
+    )
+    p.add_argument(
+        "--target-loss",
+        type=float,
+        help="target training loss of the time-to-target column (default: the jobs' "
+        "shared target_loss, else the lowest loss every run reaches)",
+    )
+    p.add_argument(
+        "--baseline",
+        help="label or 0-based index of the run the speedups are relative to "
+        "(default: the first uncoded run, else the first)",
+    )
+    p.add_argument("--title", default="codedgd report", help="title of report.md")
+    p.add_argument("--no-figures", action="store_true", help="only report.md and report.json")
+    p.set_defaults(func=cmd_report)
+    return p
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from services.report import build_report
+
+    if args.label and len(args.label) != len(args.results):
+        raise ConfigError(f"{len(args.label)} --label(s) for {len(args.results)} result file(s)")
+    files = build_report(
+        args.results,
+        args.out_dir,
+        labels=args.label,
+        target_loss=args.target_loss,
+        baseline=args.baseline,
+        figures=not args.no_figures,
+        title=args.title,
+    )
+    print(files.markdown.read_text(encoding="utf-8"))
+    print(f"report: {files.markdown}, {files.json}, {len(files.figures)} figure file(s)")
+    return 0
+
+
+__all__ = ["add_report_parser", "add_simulate_parser", "cmd_report", "cmd_simulate"]

@@ -1,0 +1,257 @@
+"""The numbers of a report: runs read from result files, time to target, speedups.
+
+Pure Python (no matplotlib): the table is computed here and only drawn by
+:mod:`services.report.plots`.
+
+Definitions (also printed under the table):
+
+- *time to target*: the ``wall_seconds`` of the first evaluated round whose training
+  loss is <= the target; ``None`` when the run never reaches it.
+- *target*: ``--target-loss`` if given, else the ``target_loss`` all runs' jobs share,
+  else L* + 0.05·(L0 − L*) with L* the largest of the runs' smallest losses (the
+  lowest loss every run reaches) and L0 the largest first evaluated loss: 95 % of
+  the way down, so the time measures convergence, not the end of the slowest run.
+- *speedup*: baseline's time to target / this run's time to target (> 1 = faster);
+  *round speedup*: baseline's mean round time / this run's mean round time.
+- *baseline*: ``--baseline`` (a label or a 0-based index), else the first uncoded
+  run, else the first run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from services.errors import ConfigError
+from services.reports import RoundRecord, read_results
+
+# The default target stops this fraction short of the lowest loss every run reaches, so
+# time to target measures convergence, not the length of the slowest run.
+DEFAULT_TARGET_SLACK = 0.05
+
+
+@dataclass(frozen=True)
+class Run:
+    """One result file."""
+
+    path: Path
+    label: str
+    policy: str
+    simulated: bool
+    job: dict[str, Any]
+    records: tuple[RoundRecord, ...]
+
+    def losses(self) -> list[tuple[RoundRecord, float]]:
+        return [(r, r.loss) for r in self.records if not math.isnan(r.loss)]
+
+    def metrics(self) -> list[tuple[RoundRecord, float]]:
+        return [(r, r.metric) for r in self.records if not math.isnan(r.metric)]
+
+    @property
+    def metric_name(self) -> str:
+        return self.records[0].metric_name if self.records else ""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    label: str
+    policy: str
+    simulated: bool
+    rounds: int
+    mean_round_seconds: float
+    p50_round_seconds: float
+    p95_round_seconds: float
+    training_seconds: float
+    final_loss: float
+    final_metric: float
+    metric_name: str
+    time_to_target: float | None
+    rounds_to_target: int | None
+    speedup: float | None
+    round_speedup: float
+
+
+@dataclass(frozen=True)
+class Report:
+    target_loss: float
+    target_source: str
+    baseline: str
+    rows: tuple[RunSummary, ...]
+
+
+def run_label(job: dict[str, Any], simulated: bool) -> str:
+    """``erasurehead(K=15, r=2)``, with `` [sim]`` for a simulated run."""
+    policy = job.get("policy") or {}
+    name = str(policy.get("name", "?"))
+    params = {k: v for k, v in policy.items() if k != "name"}
+    text = name + (
+        "(" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + ")" if params else ""
+    )
+    return text + (" [sim]" if simulated else "")
+
+
+def load_runs(paths: Sequence[str | Path], labels: Sequence[str] = ()) -> list[Run]:
+    """Read result files (``codedgd run``/``simulate`` JSON) into labelled runs."""
+    if not paths:
+        raise ConfigError("give at least one result file (.json written by run or simulate)")
+    if labels and len(labels) != len(paths):
+        raise ConfigError(f"{len(labels)} --label value(s) for {len(paths)} result file(s)")
+    runs: list[Run] = []
+    for i, raw in enumerate(paths):
+        path = Path(raw)
+        if not path.is_file():
+            raise ConfigError(f"result file {path} does not exist")
+        try:
+            job, records = read_results(path)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        if not records:
+            raise ConfigError(f"{path} holds no rounds")
+        simulated = "simulation" in job
+        policy = str((job.get("policy") or {}).get("name", "?"))
+        label = labels[i] if labels else run_label(job, simulated)
+        runs.append(Run(path, label, policy, simulated, job, tuple(records)))
+    labels_now = _distinct([r.label for r in runs], [r.path.stem for r in runs])
+    out = [
+        Run(r.path, label, r.policy, r.simulated, r.job, r.records)
+        for r, label in zip(runs, labels_now, strict=True)
+    ]
+    return out
+
+
+def _distinct(labels: list[str], stems: list[str]) -> list[str]:
+    """Tell equal labels apart: by file name, then by position."""
+    out = [
+        f"{label} ({stem})" if labels.count(label) > 1 else label
+        for label, stem in zip(labels, stems, strict=True)
+    ]
+    return [f"{label} #{i + 1}" if out.count(label) > 1 else label for i, label in enumerate(out)]
+
+
+def time_to_target(run: Run, target: float) -> tuple[float | None, int | None]:
+    """(wall seconds, rounds) at the first evaluated round with loss <= target."""
+    for record, loss in run.losses():
+        if loss <= target:
+            return record.wall_seconds, record.round + 1
+    return None, None
+
+
+def choose_target(runs: Sequence[Run], explicit: float | None) -> tuple[float, str]:
+    if explicit is not None:
+        return float(explicit), "given"
+    targets = {
+        (r.job.get("job") or {}).get("target_loss") for r in runs
+    }
+    if len(targets) == 1 and None not in targets:
+        return float(next(iter(targets))), "the jobs' target_loss"  # type: ignore[arg-type]
+    evaluated = [r.losses() for r in runs if r.losses()]
+    if not evaluated:
+        raise ConfigError("no run has an evaluated loss: cannot choose a target loss")
+    reached = max(min(loss for _, loss in pts) for pts in evaluated)
+    start = max(pts[0][1] for pts in evaluated)
+    target = reached + DEFAULT_TARGET_SLACK * max(start - reached, 0.0)
+    return target, "95 % of the way from the first loss to the lowest loss every run reaches"
+
+
+def choose_baseline(runs: Sequence[Run], wanted: str | None) -> Run:
+    if wanted is not None:
+        for r in runs:
+            if r.label == wanted:
+                return r
+        if wanted.isdigit() and int(wanted) < len(runs):
+            return runs[int(wanted)]
+        raise ConfigError(
+            f"--baseline {wanted!r} is neither a run label nor an index 0..{len(runs) - 1}; "
+            f"labels: {', '.join(r.label for r in runs)}"
+        )
+    return next((r for r in runs if r.policy == "uncoded"), runs[0])
+
+
+def summarize_runs(
+    runs: Sequence[Run], *, target_loss: float | None = None, baseline: str | None = None
+) -> Report:
+    target, source = choose_target(runs, target_loss)
+    base = choose_baseline(runs, baseline)
+    base_time, _ = time_to_target(base, target)
+    base_mean = float(np.mean([r.round_seconds for r in base.records]))
+    rows = []
+    for run in runs:
+        times = np.array([r.round_seconds for r in run.records], dtype=np.float64)
+        ttt, rtt = time_to_target(run, target)
+        losses, metrics = run.losses(), run.metrics()
+        mean = float(np.mean(times))
+        speedup = (
+            base_time / ttt if base_time is not None and ttt is not None and ttt > 0 else None
+        )
+        rows.append(
+            RunSummary(
+                label=run.label,
+                policy=run.policy,
+                simulated=run.simulated,
+                rounds=len(run.records),
+                mean_round_seconds=mean,
+                p50_round_seconds=float(np.percentile(times, 50)),
+                p95_round_seconds=float(np.percentile(times, 95)),
+                training_seconds=float(run.records[-1].wall_seconds),
+                final_loss=losses[-1][1] if losses else math.nan,
+                final_metric=metrics[-1][1] if metrics else math.nan,
+                metric_name=run.metric_name,
+                time_to_target=ttt,
+                rounds_to_target=rtt,
+                speedup=speedup,
+                round_speedup=base_mean / mean if mean > 0 else math.inf,
+            )
+        )
+    return Report(target, source, base.label, tuple(rows))
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}g}"
+
+
+def markdown_table(report: Report) -> str:
+    """The time-to-target table as GitHub markdown (numbers to 4 significant digits)."""
+    head = (
+        "| run | rounds | mean round (s) | p50 round (s) | p95 round (s) | final loss | "
+        "final metric | time to target (s) | rounds to target | speedup | round speedup |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    for r in report.rows:
+        metric = f"{_num(r.final_metric)} {r.metric_name}".strip()
+        lines.append(
+            f"| {r.label} | {r.rounds} | {_num(r.mean_round_seconds)} | "
+            f"{_num(r.p50_round_seconds)} | {_num(r.p95_round_seconds)} | {_num(r.final_loss)} | "
+            f"{metric} | {_num(r.time_to_target)} | "
+            f"{r.rounds_to_target if r.rounds_to_target is not None else '–'} | "
+            f"{_num(r.speedup, 3)}{'×' if r.speedup is not None else ''} | "
+            f"{_num(r.round_speedup, 3)}× |"
+        )
+    lines.append("")
+    lines.append(
+        f"Target loss {report.target_loss:.6g} ({report.target_source}); speedups relative "
+        f"to **{report.baseline}** (baseline time to target / run's time to target; round "
+        "speedup: baseline mean round time / run's mean round time). Times are training "
+        "wall-clock seconds, evaluation excluded; [sim] runs are on the simulator's "
+        "virtual clock."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    """The report as JSON-ready data (full precision)."""
+    def clean(v: Any) -> Any:
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return {
+        "target_loss": report.target_loss,
+        "target_source": report.target_source,
+        "baseline": report.baseline,
+        "runs": [{k: clean(v) for k, v in vars(r).items()} for r in report.rows],
+    }

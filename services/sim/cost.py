@@ -1,0 +1,202 @@
+"""The simulator's cost model: how long compute and communication take on the virtual clock.
+
+A worker w contacted in round t responds at (virtual seconds after the round starts)
+
+    down_w + compute_w + delay_w + up_w
+
+- ``down_w``: θ_t reaching the worker: ``latency + bytes_θ / bandwidth`` on its own
+  link; with a shared coordinator egress (``egress_bandwidth``) the n copies of θ_t
+  leave one after another, so the i-th worker contacted gets its copy after
+  ``(i+1)·bytes_θ / egress_bandwidth``, whichever is later.
+- ``compute_w``: ``seconds_per_sample · rows_w + seconds_per_partition · partitions_w``
+  (``compute = "model"``; the two constants are calibrated on this machine when not
+  given: :func:`calibrate`), or the measured wall time of the worker's real
+  :class:`~services.worker.compute.Computer` call (``compute = "measured"``), or 0
+  (``compute = "none"``, for closed-form checks).
+- ``delay_w``: the job's straggler model, called exactly as the worker agent calls
+  it: ``delay(w, t, compute_w, load_w)``.
+- ``up_w``: the message back: ``latency + bytes_msg / bandwidth`` on its link; with a
+  shared coordinator ingress (``ingress_bandwidth``) the messages are received one at a
+  time, first come first served.
+
+The round is decodable at the arrival that makes ``policy.offer`` return True; it ends
+``decode`` seconds later (measured wall time of ``policy.decode`` or a constant) plus
+``round_overhead`` (serialization and the optimizer step of the coordinator).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from services.data.dataset import Matrix
+from services.errors import ConfigError
+from services.models.base import Model
+
+COMPUTE_MODES = ("model", "measured", "none")
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds of compute and communication on the virtual clock (see the module docstring).
+
+    ``None`` for ``seconds_per_sample``/``seconds_per_partition`` means "calibrate on this
+    machine" (:func:`calibrate`); ``None`` for ``decode_seconds`` means "the measured wall
+    time of policy.decode"; ``None`` for a shared bandwidth means unlimited.
+    """
+
+    compute: str = "model"
+    seconds_per_sample: float | None = None
+    seconds_per_partition: float | None = None
+    latency_seconds: float = 0.0002
+    bandwidth_bytes_per_second: float = 1.0e9
+    ingress_bandwidth_bytes_per_second: float | None = None
+    egress_bandwidth_bytes_per_second: float | None = None
+    decode_seconds: float | None = None
+    round_overhead_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.compute not in COMPUTE_MODES:
+            raise ConfigError(
+                f"cost model: compute must be one of {', '.join(COMPUTE_MODES)}, "
+                f"got {self.compute!r}"
+            )
+        for key in ("seconds_per_sample", "seconds_per_partition", "decode_seconds"):
+            value = getattr(self, key)
+            if value is not None:
+                _nonnegative(key, value)
+        _nonnegative("latency_seconds", self.latency_seconds)
+        _nonnegative("round_overhead_seconds", self.round_overhead_seconds)
+        _positive("bandwidth_bytes_per_second", self.bandwidth_bytes_per_second)
+        for key in ("ingress_bandwidth_bytes_per_second", "egress_bandwidth_bytes_per_second"):
+            value = getattr(self, key)
+            if value is not None:
+                _positive(key, value)
+
+    @staticmethod
+    def ideal() -> CostModel:
+        """No compute, no communication, no decode time: only the straggler delays count.
+
+        The setting of the closed forms of SCHEMES.md.
+        """
+        return CostModel(
+            compute="none",
+            latency_seconds=0.0,
+            bandwidth_bytes_per_second=math.inf,
+            decode_seconds=0.0,
+        )
+
+    def link_seconds(self, nbytes: int) -> float:
+        """One message over one worker's own link."""
+        return self.latency_seconds + nbytes / self.bandwidth_bytes_per_second
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
+
+    def replace(self, **changes: Any) -> CostModel:
+        return CostModel(**{**asdict(self), **changes})
+
+
+def downlink_times(cost: CostModel, nbytes: int, n_contacted: int) -> np.ndarray:
+    """When each contacted worker (in send order) holds θ_t, seconds after the round start."""
+    own = np.full(n_contacted, cost.link_seconds(nbytes))
+    if cost.egress_bandwidth_bytes_per_second is None:
+        return own
+    queued = np.arange(1, n_contacted + 1) * (nbytes / cost.egress_bandwidth_bytes_per_second)
+    out: np.ndarray = np.maximum(own, queued + cost.latency_seconds)
+    return out
+
+
+def uplink_arrivals(cost: CostModel, ready: np.ndarray, nbytes: Sequence[int]) -> np.ndarray:
+    """Arrival times at the coordinator of messages ready (sent) at ``ready``.
+
+    Each message crosses its own link; with a shared ingress the coordinator receives
+    them first come first served, one at a time.
+    """
+    sizes = np.asarray(nbytes, dtype=np.float64)
+    own: np.ndarray = ready + cost.latency_seconds + sizes / cost.bandwidth_bytes_per_second
+    ingress = cost.ingress_bandwidth_bytes_per_second
+    if ingress is None:
+        return own
+    out = np.empty_like(own)
+    free = -math.inf
+    for i in np.argsort(ready, kind="stable"):
+        start = max(float(ready[i]) + cost.latency_seconds, free)
+        free = start + float(sizes[i]) / ingress
+        out[i] = max(free, float(own[i]))
+    return out
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Compute constants measured on this machine, and how."""
+
+    seconds_per_sample: float
+    seconds_per_partition: float
+    full_seconds: float
+    block_seconds: float
+    rows_full: int
+    rows_block: int
+
+
+def calibrate(
+    model: Model,
+    X: Matrix,
+    y: np.ndarray,
+    block_rows: np.ndarray,
+    theta: np.ndarray,
+    repeats: int = 5,
+) -> Calibration:
+    """Fit compute = a·rows + b·partitions from two timings of the model's ``grad_sum``.
+
+    Times (median of ``repeats``) one gradient over all training rows and one over a
+    single partition's rows; a is the slope, b the fixed per-call cost (the dense
+    output of a sparse product, say). Both are clipped at 0.
+    """
+    from services.data.dataset import take_rows
+
+    block_X, block_y = take_rows(X, block_rows), y[block_rows]
+    full = _median_seconds(lambda: model.grad_sum(theta, X, y), repeats)
+    block = _median_seconds(lambda: model.grad_sum(theta, block_X, block_y), repeats)
+    n_full, n_block = int(X.shape[0]), int(block_rows.shape[0])
+    spread = n_full - n_block
+    a = max((full - block) / spread, 0.0) if spread > 0 else full / max(n_full, 1)
+    b = max(block - a * n_block, 0.0)
+    return Calibration(a, b, full, block, n_full, n_block)
+
+
+def _median_seconds(fn: Any, repeats: int) -> float:
+    fn()  # warm caches and allocators
+    times = []
+    for _ in range(max(repeats, 1)):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _nonnegative(key: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(f"cost model: {key} must be a number >= 0, got {value!r}")
+
+
+def _positive(key: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"cost model: {key} must be a number > 0 (inf allowed), got {value!r}")
+
+
+def cost_from_options(options: Mapping[str, Any]) -> CostModel:
+    """A cost model from KEY=VALUE options (None values keep the defaults)."""
+    known = {f for f in CostModel.__dataclass_fields__}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(
+            f"cost model has no option(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
+        )
+    return CostModel(**{k: v for k, v in options.items() if v is not None})

@@ -1,0 +1,122 @@
+"""The simulator's clock, cost model and laziness."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from services.errors import ConfigError, JobFailed
+from services.job import Component, JobConfig
+from services.sim import CostModel, Simulator, simulate
+from services.sim.cost import downlink_times, uplink_arrivals
+from services.stragglers import create_straggler_model
+
+SYNTH = Component("synthetic", {"rows": 400, "dim": 10})
+
+
+def job(**changes: object) -> JobConfig:
+    base = JobConfig(workers=4, rounds=6, seed=3, data=SYNTH)
+    return base.replace(**changes)
+
+
+def test_response_times_follow_the_cost_model_and_the_seeded_delays() -> None:
+    cost = CostModel(
+        seconds_per_sample=1e-3,
+        seconds_per_partition=0.01,
+        latency_seconds=0.002,
+        bandwidth_bytes_per_second=1e6,
+        decode_seconds=0.005,
+        round_overhead_seconds=0.001,
+    )
+    config = job(stragglers=Component("exponential", {"mean": 0.05}))
+    sim = Simulator(config, cost)
+    result = sim.run()
+    delays = create_straggler_model("exponential", {"mean": 0.05}, seed=3, n_workers=4)
+    dim = 10
+    wall = 0.0
+    for r in result.records:
+        for w, response in r.response_seconds.items():
+            rows = sim.prepared.blocks[w].shape[0]  # uncoded: worker w holds partition w
+            compute = 1e-3 * rows + 0.01
+            expected = (
+                (0.002 + 8 * dim / 1e6)
+                + compute
+                + delays.delay(w, r.round, compute, 0.25)
+                + (0.002 + 8 * dim / 1e6)
+            )
+            assert response == pytest.approx(expected)
+            assert r.worker_compute_seconds[w] == pytest.approx(compute)
+        assert r.wait_seconds == max(r.response_seconds.values())
+        assert r.round_seconds == pytest.approx(r.wait_seconds + 0.005 + 0.001)
+        wall += r.round_seconds
+        assert r.wall_seconds == pytest.approx(wall)
+        assert r.bytes_down == 4 * 8 * dim and r.bytes_up == 4 * 8 * dim
+
+
+def test_only_the_gradients_that_are_used_are_computed() -> None:
+    config = job(
+        workers=6,
+        rounds=10,
+        policy=Component("ignore-stragglers", {"s": 2}),
+        stragglers=Component("exponential", {"mean": 0.1}),
+    )
+    lazy = simulate(config, CostModel.ideal())
+    assert lazy.gradients_computed == 10 * 4 and lazy.gradients_skipped == 10 * 2
+    assert all(r.cancelled == 2 and r.uploads == 4 for r in lazy.records)
+    # The cancelled workers are the slowest of each round's seeded delays.
+    delays = create_straggler_model("exponential", {"mean": 0.1}, seed=3, n_workers=6)
+    for r in lazy.records:
+        ranked = sorted(range(6), key=lambda w: delays.delay(w, r.round, 0.0, 1 / 6))
+        assert set(r.workers_used) == set(ranked[:4])
+    # Measured compute computes everyone; θ is the same whenever the used sets agree,
+    # which they do here because the delays dwarf the measured compute.
+    measured = simulate(config, CostModel.ideal().replace(compute="measured"))
+    assert measured.gradients_computed == 10 * 6
+    assert [r.workers_used for r in measured.records] == [r.workers_used for r in lazy.records]
+
+
+def test_shared_links_queue_messages() -> None:
+    cost = CostModel(
+        latency_seconds=0.0,
+        bandwidth_bytes_per_second=math.inf,
+        ingress_bandwidth_bytes_per_second=100.0,
+        egress_bandwidth_bytes_per_second=50.0,
+    )
+    # Egress: 3 copies of 100 bytes at 50 B/s leave at 2, 4, 6 s.
+    assert downlink_times(cost, 100, 3).tolist() == [2.0, 4.0, 6.0]
+    # Ingress: ready at 0, 0.5, 10 with 100 bytes each at 100 B/s, first come first served.
+    arrivals = uplink_arrivals(cost, np.array([0.5, 0.0, 10.0]), [100, 100, 100])
+    assert arrivals.tolist() == [2.0, 1.0, 11.0]
+
+
+def test_cost_model_errors_name_the_option() -> None:
+    with pytest.raises(ConfigError, match="compute"):
+        CostModel(compute="fast")
+    with pytest.raises(ConfigError, match="bandwidth_bytes_per_second"):
+        CostModel(bandwidth_bytes_per_second=0)
+    with pytest.raises(ConfigError, match="latency_seconds"):
+        CostModel(latency_seconds=-1)
+
+
+def test_calibration_fills_the_compute_constants() -> None:
+    sim = Simulator(job(), CostModel())
+    assert sim.calibration is not None
+    assert sim.cost.seconds_per_sample is not None and sim.cost.seconds_per_sample >= 0
+    assert sim.cost.seconds_per_partition is not None and sim.cost.seconds_per_partition >= 0
+    assert sim.calibration.full_seconds > 0
+    assert sim.cost.to_dict()["compute"] == "model"
+
+
+def test_round_timeout_fails_like_a_real_job() -> None:
+    config = job(round_timeout=0.5, stragglers=Component("fixed", {"count": 1, "delay": 1.0}))
+    with pytest.raises(JobFailed, match=r"round_timeout=0\.5"):
+        simulate(config, CostModel.ideal())
+
+
+def test_target_loss_stops_early() -> None:
+    full = simulate(job(rounds=20), CostModel.ideal())
+    target = full.records[5].loss
+    stopped = simulate(job(rounds=20, target_loss=target), CostModel.ideal())
+    assert len(stopped.records) == 6

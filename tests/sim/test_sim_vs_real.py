@@ -1,0 +1,133 @@
+"""Simulated and real runs of the same seeded job step through the same θ's.
+
+Policies, partitions, encodings and the optimizer are shared; only the clock
+differs. A replayed trace staggers the workers by 60 ms steps so the real arrival
+order is the simulated one, which makes even the floating-point summation order
+of the decode the same: θ must agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.coordinator.server import CoordinatorServer
+from services.job import Component, JobConfig
+from services.reports import RoundRecord
+from services.sim import CostModel, Simulator
+from services.stragglers import create_straggler_model
+from tests.conftest import WorkerProcesses
+
+SYNTH = Component("synthetic", {"rows": 600, "dim": 12})
+STEP = 0.06
+
+
+def staggered_trace(path: Path, n: int, rounds: int) -> Path:
+    """Round t: worker w waits STEP·((w + t) mod n): the slowest worker rotates."""
+    delays = [[STEP * ((w + t) % n) for w in range(n)] for t in range(rounds)]
+    path.write_text(json.dumps({"delays": delays}))
+    return path
+
+
+async def real_thetas(
+    server: CoordinatorServer, workers: WorkerProcesses, config: JobConfig
+) -> tuple[list[np.ndarray], list[RoundRecord]]:
+    workers.start(server.port, config.workers)
+    job = server.service.submit(config)
+    thetas: list[np.ndarray] = []
+
+    def on_record(record: RoundRecord) -> None:
+        assert job.theta is not None
+        thetas.append(np.array(job.theta))
+
+    job.on_record = on_record
+
+    async def finished() -> None:
+        while not job.finished:
+            await job.wait_change()
+
+    await asyncio.wait_for(finished(), timeout=120)
+    assert job.state == "done", job.error
+    return thetas, list(job.records)
+
+
+def sim_thetas(config: JobConfig) -> tuple[list[np.ndarray], list[RoundRecord]]:
+    thetas: list[np.ndarray] = []
+    result = Simulator(config, CostModel()).run(
+        on_round=lambda record, theta: thetas.append(np.array(theta))
+    )
+    return thetas, list(result.records)
+
+
+@pytest.mark.parametrize(
+    "policy", [Component("uncoded"), Component("ignore-stragglers", {"s": 1})]
+)
+async def test_simulated_and_real_runs_produce_the_same_thetas(
+    coordinator: CoordinatorServer,
+    worker_processes: WorkerProcesses,
+    tmp_path: Path,
+    policy: Component,
+) -> None:
+    n, rounds = 3, 5
+    trace = staggered_trace(tmp_path / "trace.json", n, rounds)
+    config = JobConfig(
+        workers=n,
+        rounds=rounds,
+        seed=5,
+        data=SYNTH,
+        model=Component("logistic", {"l2": 1e-3}),
+        policy=policy,
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+    real, real_records = await real_thetas(coordinator, worker_processes, config)
+    simulated, sim_records = sim_thetas(config)
+    assert len(real) == len(simulated) == rounds
+    for t in range(rounds):
+        np.testing.assert_array_equal(simulated[t], real[t], err_msg=f"round {t}")
+        assert sim_records[t].workers_used == real_records[t].workers_used
+        assert sim_records[t].loss == real_records[t].loss
+    # The trace really decides who is used: with s = 1 the slowest (rotating) worker
+    # of each round is left out, in both runs.
+    if policy.name == "ignore-stragglers":
+        for t, record in enumerate(sim_records):
+            slowest = max(range(n), key=lambda w: (w + t) % n)
+            assert slowest not in record.workers_used
+    # Both clocks see the trace's delays: the decoding arrival is the last one used.
+    for t, record in enumerate(sim_records):
+        used_delay = max(STEP * ((w + t) % n) for w in record.workers_used)
+        assert record.wait_seconds >= used_delay
+        assert real_records[t].wait_seconds >= used_delay
+
+
+async def test_a_real_run_records_a_trace_the_simulator_replays(tmp_path: Path) -> None:
+    """`codedgd run` records per-worker response times; replayed, they give the same run."""
+    from client.local import run_local
+    from services.reports import write_results
+    from services.sim.trace import trace_from_results, write_trace
+
+    config = JobConfig(
+        workers=3,
+        rounds=6,
+        seed=9,
+        data=SYNTH,
+        policy=Component("ignore-stragglers", {"s": 1}),
+        stragglers=Component("exponential", {"mean": 0.05}),
+    )
+    real = await run_local(config)
+    delays = create_straggler_model("exponential", {"mean": 0.05}, seed=9, n_workers=3)
+    for r in real.records:
+        assert set(r.response_seconds) == set(r.workers_used)
+        for w, response in r.response_seconds.items():
+            assert response >= delays.delay(w, r.round, 0.0, 1 / 3)
+    path = write_results(tmp_path / "real.json", config.to_dict(), real.records, {})
+    trace = write_trace(tmp_path / "trace.json", trace_from_results(path, kind="response"))
+    replay = Simulator(
+        config.replace(stragglers=Component("trace", {"path": str(trace)})), CostModel.ideal()
+    ).run()
+    assert [r.workers_used for r in replay.records] == [r.workers_used for r in real.records]
+    assert real.theta is not None
+    np.testing.assert_array_equal(replay.theta, np.asarray(real.theta))
