@@ -1,12 +1,22 @@
 """Prometheus metrics of the coordinator (one registry per coordinator instance).
 
-Names carry their units; no label takes unbounded values (never a round
-number or a job id): workers are labelled by their plan index, bounded by n.
+Names carry their units (``_seconds``, ``_bytes``), counters end in ``_total``,
+and no label takes unbounded values (never a round number or a job id): workers
+are labelled by their plan index, bounded by n. Label values known up front
+(straggler reasons, traffic directions) are created at zero, so a dashboard
+shows 0 rather than "no data" before the first straggler.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+# Why a worker's result was not used in a round (the ``reason`` of codedgd_stragglers_total):
+# cancelled once the round decoded, late_dropped when it arrived after its round,
+# lost when its stream broke, rejected when it could not join.
+STRAGGLER_REASONS = ("cancelled", "late_dropped", "lost", "rejected")
+# ``direction`` of codedgd_gradient_bytes_total: θ sent down to workers, results coming up.
+DIRECTIONS = ("down", "up")
 
 ROUND_BUCKETS = (
     0.001,
@@ -75,12 +85,16 @@ class CoordinatorMetrics:
             ["reason"],
             registry=r,
         )
+        for reason in STRAGGLER_REASONS:
+            self.stragglers.labels(reason)
         self.gradient_bytes = Counter(
             "codedgd_gradient_bytes_total",
             "Bytes of θ sent (down) and results received (up).",
             ["direction"],
             registry=r,
         )
+        for direction in DIRECTIONS:
+            self.gradient_bytes.labels(direction)
         self.rounds = Counter("codedgd_rounds_total", "Rounds completed.", ["policy"], registry=r)
         self.uploads = Counter("codedgd_uploads_total", "Worker results received.", registry=r)
         self.computations = Counter(
@@ -115,5 +129,7 @@ class CoordinatorMetrics:
             registry=r,
         )
         self.job_info = Info(
-            "codedgd_job", "The running job's policy, model and dataset.", registry=r
+            "codedgd_job",
+            "The running job's policy, model, dataset and number of workers.",
+            registry=r,
         )

@@ -1,4 +1,11 @@
-"""Prometheus metrics of a worker process (served on --metrics-port)."""
+"""Prometheus metrics of a worker process (served on --metrics-port).
+
+The coordinator measures each worker's compute and response times per round (labelled by
+the worker's plan index); these are the worker's own totals, read at scrape time. Every
+replica of a scaled worker service exports the same names, told apart by Prometheus's
+``instance`` label; ``codedgd_worker_index`` maps an instance to the coordinator's
+``worker`` label.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +53,14 @@ class _AgentCollector(Collector):
             "codedgd_worker_connected",
             "1 while the stream to the coordinator is open.",
             value=1.0 if a.connected else 0.0,
+        )
+        job = getattr(a, "_job", None)
+        index = getattr(getattr(job, "assignment", None), "worker_index", None)
+        yield GaugeMetricFamily(
+            "codedgd_worker_index",
+            "This worker's index in the running job's plan (the coordinator's worker label); "
+            "-1 without a job.",
+            value=float(index) if index is not None else -1.0,
         )
 
 

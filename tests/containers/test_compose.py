@@ -1,0 +1,272 @@
+"""docker-compose.yml for real: podman builds docker/Dockerfile, podman-compose runs the stack.
+
+Coordinator + 3 workers + Prometheus (Grafana's image cannot be pulled here: its dashboard
+is checked by asking Prometheus every query of the dashboard JSON). The stack runs the
+default job at start, as `docker compose up` does for users; then a job is submitted with
+the CLI from the host, and the services are stopped with SIGTERM.
+
+    python -m pytest -m containers tests/containers/test_compose.py
+
+CODEDGD_CONTAINERS_CHART=docs/img/compose-run.png also plots the run from Prometheus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from client.health import coordinator_status
+from tests.containers.support import (
+    COMPOSE_FILE,
+    ROOT,
+    Prometheus,
+    build,
+    clean_env,
+    default_job_rounds,
+    ensure_base_images,
+    free_port,
+    from_image,
+    podman,
+    podman_env,
+    queries_without_data,
+    require_tools,
+    save_chart,
+    wait_for,
+)
+
+pytestmark = pytest.mark.containers
+
+WORKERS = 3
+APP_IMAGE = "localhost/codedgd:containers-test"
+PROMETHEUS_IMAGE = "localhost/codedgd-prometheus:containers-test"
+
+
+@dataclass
+class Stack:
+    project: str
+    env: dict[str, str]
+    token: str
+    coordinator: str  # host:port published on the host
+    prometheus: Prometheus
+    started: float
+
+    def containers(self, service: str) -> list[str]:
+        out = podman(
+            "ps",
+            "-a",
+            "--filter",
+            f"label=io.podman.compose.project={self.project}",
+            "--filter",
+            f"label=io.podman.compose.service={service}",
+            "--format",
+            "{{.Names}}",
+        ).stdout
+        return sorted(out.split())
+
+
+@pytest.fixture(scope="module")
+def images() -> None:
+    require_tools("podman", "podman-compose")
+    app_dockerfile = ROOT / "docker" / "Dockerfile"
+    prom_dockerfile = ROOT / "docker" / "prometheus" / "Dockerfile"
+    ensure_base_images([from_image(app_dockerfile), from_image(prom_dockerfile)])
+    build(APP_IMAGE, app_dockerfile, ROOT)
+    build(PROMETHEUS_IMAGE, prom_dockerfile, prom_dockerfile.parent)
+
+
+def _compose(project: str, env: dict[str, str], *args: str, timeout: float = 300) -> str:
+    done = subprocess.run(
+        ["podman-compose", "-p", project, "-f", str(COMPOSE_FILE), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"podman-compose {' '.join(args)}:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def stack(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    project = f"codedgdtest{os.getpid()}"
+    ports = {
+        name: free_port()
+        for name in ("COORDINATOR_PORT", "COORDINATOR_METRICS_PORT", "PROMETHEUS_PORT")
+    }
+    token = secrets.token_hex(16)
+    env = podman_env() | {
+        "CODEDGD_IMAGE": APP_IMAGE,
+        "PROMETHEUS_IMAGE": PROMETHEUS_IMAGE,
+        "PUBLISH_ADDRESS": "127.0.0.1",
+        "GRAFANA_PORT": str(free_port()),
+        "CODEDGD_TOKEN": token,
+        **{k: str(v) for k, v in ports.items()},
+    }
+    started = time.time()
+    try:
+        _compose(
+            project,
+            env,
+            "up",
+            "-d",
+            "--scale",
+            f"worker={WORKERS}",
+            "coordinator",
+            "worker",
+            "prometheus",
+        )
+        prom = Prometheus(f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}")
+        wait_for(prom.ready, timeout=120, what="Prometheus ready")
+        yield Stack(project, env, token, f"127.0.0.1:{ports['COORDINATOR_PORT']}", prom, started)
+    finally:
+        _teardown(project, env, tmp_path_factory.mktemp("compose-logs"))
+
+
+def _teardown(project: str, env: dict[str, str], log_dir: Path) -> None:
+    label = f"label=io.podman.compose.project={project}"
+    names = podman("ps", "-a", "--filter", label, "--format", "{{.Names}}", check=False)
+    for name in names.stdout.split():
+        logs = podman("logs", name, check=False)
+        (log_dir / f"{name}.log").write_text(logs.stdout + logs.stderr)
+    subprocess.run(
+        ["podman-compose", "-p", project, "-f", str(COMPOSE_FILE), "down", "-t", "10"],
+        env=env,
+        capture_output=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    # podman-compose may leave scaled replicas behind: remove them by name.
+    left = podman("ps", "-a", "--filter", label, "--format", "{{.Names}}", check=False)
+    for name in left.stdout.split():
+        podman("rm", "-f", "-t", "5", name, check=False)
+    podman("network", "rm", "-f", f"{project}_default", check=False)
+    print(f"container logs of {project}: {log_dir}")
+
+
+def test_prometheus_configs_are_valid(images: None) -> None:
+    for config in (
+        ROOT / "docker" / "prometheus" / "prometheus.yml",
+        ROOT / "deploy" / "ec2" / "prometheus.yml",
+    ):
+        done = podman(
+            "run",
+            "--rm",
+            "-v",
+            f"{config}:/check/prometheus.yml:ro",
+            "--entrypoint",
+            "promtool",
+            PROMETHEUS_IMAGE,
+            "check",
+            "config",
+            "/check/prometheus.yml",
+            check=False,
+        )
+        assert done.returncode == 0, f"{config}: {done.stdout}{done.stderr}"
+
+
+def test_image_runs_as_non_root_with_codedgd_entrypoint(images: None) -> None:
+    uid = podman("run", "--rm", "--entrypoint", "id", APP_IMAGE, "-u").stdout.strip()
+    assert uid != "0"
+    listing = podman("run", "--rm", APP_IMAGE, "policies").stdout
+    assert "uncoded" in listing
+
+
+def test_prometheus_finds_the_coordinator_and_every_worker(stack: Stack) -> None:
+    stack.prometheus.wait_for_targets(
+        {"codedgd-coordinator": 1, "codedgd-worker": WORKERS}, timeout=120
+    )
+    workers = {
+        t["labels"]["instance"]
+        for t in stack.prometheus.targets()
+        if t["labels"]["job"] == "codedgd-worker"
+    }
+    assert len(workers) == WORKERS  # one target per replica, found by DNS
+
+
+def test_compose_healthchecks_pass(stack: Stack) -> None:
+    coordinators = stack.containers("coordinator")
+    workers = stack.containers("worker")
+    assert len(coordinators) == 1
+    assert len(workers) == WORKERS
+
+    for name in coordinators + workers:  # the healthcheck commands of docker-compose.yml
+        wait_for(partial(_healthy, name), timeout=60, what=f"{name} healthy")
+    # The same probe from the host, through the published port (no token needed).
+    assert asyncio.run(coordinator_status(stack.coordinator, timeout=10)) == "SERVING"
+
+
+def _healthy(name: str) -> bool | None:
+    return True if podman("healthcheck", "run", name, check=False).returncode == 0 else None
+
+
+def test_default_job_runs_to_the_end(stack: Stack) -> None:
+    prom = stack.prometheus
+    prom.wait_for_jobs_done(1, timeout=300)
+    assert prom.value("sum(codedgd_rounds_total)") == default_job_rounds()
+    assert prom.value("codedgd_workers_connected") == WORKERS
+    assert prom.value('sum(codedgd_worker_rounds_computed_total{job="codedgd-worker"})')
+    # Straggler-tolerant policy with injected delays: some results were cancelled.
+    assert prom.value('codedgd_stragglers_total{reason="cancelled"}')
+
+
+def test_every_dashboard_query_returns_data(stack: Stack) -> None:
+    prom = stack.prometheus
+    prom.wait_for_jobs_done(1, timeout=300)
+    # The last rounds reach Prometheus at its next scrape: poll a little before judging.
+    missing = queries_without_data(prom, stack.started - 5, time.time())
+    for _ in range(12):
+        if not missing:
+            break
+        time.sleep(2)
+        missing = queries_without_data(prom, stack.started - 5, time.time())
+    assert missing == []
+    end = time.time()
+    chart = os.environ.get("CODEDGD_CONTAINERS_CHART")
+    if chart:
+        save_chart(prom, stack.started, end, ROOT / chart)
+
+
+def _cli(stack: Stack, *args: str, token: str | None) -> subprocess.CompletedProcess[str]:
+    env = clean_env(**({"CODEDGD_TOKEN": token} if token else {}))
+    return subprocess.run(
+        [sys.executable, "-m", "client.cli", *args, "--coordinator", stack.coordinator],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+
+
+def test_host_cli_submits_a_job(stack: Stack) -> None:
+    stack.prometheus.wait_for_jobs_done(1, timeout=300)
+    refused = _cli(stack, "status", token=None)
+    assert refused.returncode == 2
+    assert "token" in refused.stderr
+    args = ("submit", "-n", str(WORKERS), "-r", "20", "--policy", "uncoded", "--watch")
+    done = _cli(stack, *args, token=stack.token)
+    assert done.returncode == 0, done.stderr
+    stack.prometheus.wait_for_jobs_done(2, timeout=120)
+    status = _cli(stack, "status", token=stack.token)
+    assert status.stdout.count(": done, round") == 2
+
+
+def test_sigterm_stops_worker_and_coordinator_cleanly(stack: Stack) -> None:
+    # Exit status 0 after `podman stop` (SIGTERM): a process that ignored the signal would
+    # be killed after the timeout and exit 137.
+    for name in (stack.containers("worker")[0], stack.containers("coordinator")[0]):
+        podman("stop", "-t", "30", name)
+        code = podman("inspect", name, "--format", "{{.State.ExitCode}}").stdout.strip()
+        assert code == "0", f"{name} exited with {code}"
