@@ -24,8 +24,9 @@ def test_synthetic_is_deterministic_and_learnable() -> None:
 
 
 def test_synthetic_sparse_and_regression() -> None:
-    d = load_dataset("synthetic", {"rows": 300, "dim": 1000, "density": 0.01,
-                                   "task": "regression"}, seed=0)
+    d = load_dataset(
+        "synthetic", {"rows": 300, "dim": 1000, "density": 0.01, "task": "regression"}, seed=0
+    )
     assert sp.issparse(d.X_train) and d.task == "regression"
     assert 0.005 < d.X_train.nnz / (240 * 1000) < 0.02
 
@@ -34,8 +35,9 @@ def test_partitions_cover_every_row_once() -> None:
     blocks = partition_rows(103, 10, seed=1)
     assert sorted(np.concatenate(blocks).tolist()) == list(range(103))
     assert {len(b) for b in blocks} == {10, 11}
-    assert all(np.array_equal(x, y) for x, y in zip(blocks, partition_rows(103, 10, seed=1),
-                                                    strict=True))
+    assert all(
+        np.array_equal(x, y) for x, y in zip(blocks, partition_rows(103, 10, seed=1), strict=True)
+    )
 
 
 @pytest.mark.parametrize(
@@ -87,8 +89,9 @@ def test_corrupt_files_get_clear_errors(data_dir: Path, tmp_path: Path) -> None:
         "truncated": original[: len(original) // 2],
         "not gzip": b"ACTION,RESOURCE\n1,2\n",
         "bad header": gzip.compress(b"A,B,C,D,E,F,G,H,I,J\n1,2,3,4,5,6,7,8,9,10\n"),
-        "bad cell": gzip.compress(gzip.decompress(original)[:300].rsplit(b"\n", 1)[0]
-                                  + b"\n1,x,3,4,5,6,7,8,9,10\n"),
+        "bad cell": gzip.compress(
+            gzip.decompress(original)[:300].rsplit(b"\n", 1)[0] + b"\n1,x,3,4,5,6,7,8,9,10\n"
+        ),
     }
     for label, content in cases.items():
         d = tmp_path / label.replace(" ", "_")

@@ -49,7 +49,10 @@ async def test_disk_and_inline_data_give_the_same_model(
     state, error, inline, _ = await run_with_workers(data_dir, None, worker_processes, KC)
     assert state == "done", error
     assert on_disk.theta is not None and inline is not None
-    np.testing.assert_allclose(on_disk.theta, inline, rtol=1e-12, atol=0)
+    # Same data, same arithmetic; only the order in which the coordinator adds
+    # the workers' sums may differ (arrival order), so agree to rounding.
+    scale = float(np.abs(inline).max())
+    np.testing.assert_allclose(on_disk.theta, inline, rtol=1e-12, atol=1e-13 * scale)
 
 
 async def test_worker_with_different_dataset_files_is_refused(

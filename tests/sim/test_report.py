@@ -49,8 +49,13 @@ def fixture_run(
         # Evaluated every other round, as with eval_every = 2 (plus the last round).
         evaluated = t % 2 == 0 or t == len(losses) - 1
         records.append(
-            rec(t, wall, rs, loss if evaluated else math.nan, 0.5 + t / 100 if evaluated else
-                math.nan)
+            rec(
+                t,
+                wall,
+                rs,
+                loss if evaluated else math.nan,
+                0.5 + t / 100 if evaluated else math.nan,
+            )
         )
     return write_results(path, {"job": {"workers": 4}, "policy": policy}, records, {})
 
@@ -59,8 +64,12 @@ def fixture_run(
 def result_files(tmp_path: Path) -> list[Path]:
     losses = [0.69, 0.6, 0.5, 0.45, 0.4, 0.38, 0.36, 0.35]
     return [
-        fixture_run(tmp_path / "uncoded.json", {"name": "uncoded"}, [1.0, 2.0, 1.5, 2.5,
-                    1.0, 2.0, 1.0, 3.0], losses),
+        fixture_run(
+            tmp_path / "uncoded.json",
+            {"name": "uncoded"},
+            [1.0, 2.0, 1.5, 2.5, 1.0, 2.0, 1.0, 3.0],
+            losses,
+        ),
         fixture_run(tmp_path / "frc.json", {"name": "frc", "s": 1}, [0.5] * 8, losses),
         fixture_run(
             tmp_path / "eh.json",
@@ -76,8 +85,7 @@ def test_report_writes_figures_and_a_table_computed_from_the_inputs(
 ) -> None:
     out = tmp_path / "report"
     files = build_report(result_files, out, target_loss=0.45)
-    stems = {"loss_vs_time", "loss_vs_rounds", "metric_vs_time", "metric_vs_rounds",
-             "round_times"}
+    stems = {"loss_vs_time", "loss_vs_rounds", "metric_vs_time", "metric_vs_rounds", "round_times"}
     assert {p.name for p in files.figures} == {f"{s}.{e}" for s in stems for e in ("png", "svg")}
     for p in files.figures:
         assert p.stat().st_size > 2000

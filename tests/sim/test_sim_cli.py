@@ -28,8 +28,19 @@ def run(argv: list[str]) -> int:
 
 def test_help_lists_job_and_cost_flags(capsys: pytest.CaptureFixture[str]) -> None:
     for command, flags in (
-        ("simulate", ["--policy", "--stragglers", "--seconds-per-sample", "--latency",
-                      "--bandwidth", "--ingress-bandwidth", "--ideal", "--trace-from-results"]),
+        (
+            "simulate",
+            [
+                "--policy",
+                "--stragglers",
+                "--seconds-per-sample",
+                "--latency",
+                "--bandwidth",
+                "--ingress-bandwidth",
+                "--ideal",
+                "--trace-from-results",
+            ],
+        ),
         ("report", ["--out-dir", "--target-loss", "--baseline", "--label"]),
     ):
         with pytest.raises(SystemExit) as exc:
@@ -41,11 +52,37 @@ def test_help_lists_job_and_cost_flags(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_simulate_then_replay_then_report(tmp_path: Path) -> None:
-    job = ["-n", "4", "-r", "8", "--seed", "1", "--data-opt", "rows=300", "--data-opt",
-           "dim=5", "--no-progress"]
+    job = [
+        "-n",
+        "4",
+        "-r",
+        "8",
+        "--seed",
+        "1",
+        "--data-opt",
+        "rows=300",
+        "--data-opt",
+        "dim=5",
+        "--no-progress",
+    ]
     out = tmp_path / "sim.json"
-    assert run(["simulate", *job, "--stragglers", "exponential", "--straggler-opt",
-                "mean=0.05", "--latency", "0.001", "-o", str(out)]) == 0
+    assert (
+        run(
+            [
+                "simulate",
+                *job,
+                "--stragglers",
+                "exponential",
+                "--straggler-opt",
+                "mean=0.05",
+                "--latency",
+                "0.001",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert doc["job"]["simulation"]["cost"]["latency_seconds"] == 0.001
     assert doc["job"]["simulation"]["calibration"]["seconds_per_sample"] >= 0
@@ -56,9 +93,27 @@ def test_simulate_then_replay_then_report(tmp_path: Path) -> None:
 
     replay = tmp_path / "replay.json"
     trace = tmp_path / "trace.csv"
-    assert run(["simulate", *job, "-p", "ignore-stragglers", "--param", "s=1",
-                "--trace-from-results", str(out), "--trace-out", str(trace), "--latency",
-                "0.001", "-o", str(replay)]) == 0
+    assert (
+        run(
+            [
+                "simulate",
+                *job,
+                "-p",
+                "ignore-stragglers",
+                "--param",
+                "s=1",
+                "--trace-from-results",
+                str(out),
+                "--trace-out",
+                str(trace),
+                "--latency",
+                "0.001",
+                "-o",
+                str(replay),
+            ]
+        )
+        == 0
+    )
     assert trace.read_text().startswith("round,worker,delay")
     replay_doc = json.loads(replay.read_text())
     assert replay_doc["job"]["stragglers"]["name"] == "trace"
@@ -80,9 +135,34 @@ def test_simulate_then_replay_then_report(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_thousand_workers_simulate_in_minutes(tmp_path: Path) -> None:
     out = tmp_path / "big.json"
-    assert run(["simulate", "-n", "1000", "-r", "20", "--data-opt", "rows=50000",
-                "--data-opt", "dim=200", "-p", "ignore-stragglers", "--param", "s=100",
-                "--stragglers", "shifted-exponential", "--straggler-opt", "shift=1",
-                "--eval-every", "5", "--no-progress", "-o", str(out)]) == 0
+    assert (
+        run(
+            [
+                "simulate",
+                "-n",
+                "1000",
+                "-r",
+                "20",
+                "--data-opt",
+                "rows=50000",
+                "--data-opt",
+                "dim=200",
+                "-p",
+                "ignore-stragglers",
+                "--param",
+                "s=100",
+                "--stragglers",
+                "shifted-exponential",
+                "--straggler-opt",
+                "shift=1",
+                "--eval-every",
+                "5",
+                "--no-progress",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     _, records = read_results(out)
     assert len(records) == 20 and all(len(r.workers_used) == 900 for r in records)

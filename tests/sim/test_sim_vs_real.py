@@ -63,9 +63,7 @@ def sim_thetas(config: JobConfig) -> tuple[list[np.ndarray], list[RoundRecord]]:
     return thetas, list(result.records)
 
 
-@pytest.mark.parametrize(
-    "policy", [Component("uncoded"), Component("ignore-stragglers", {"s": 1})]
-)
+@pytest.mark.parametrize("policy", [Component("uncoded"), Component("ignore-stragglers", {"s": 1})])
 async def test_simulated_and_real_runs_produce_the_same_thetas(
     coordinator: CoordinatorServer,
     worker_processes: WorkerProcesses,

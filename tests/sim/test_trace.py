@@ -82,9 +82,7 @@ def test_trace_kinds_and_censored_workers() -> None:
 
 
 @pytest.mark.parametrize("suffix", [".json", ".csv"])
-def test_written_traces_are_read_by_the_trace_straggler_model(
-    tmp_path: Path, suffix: str
-) -> None:
+def test_written_traces_are_read_by_the_trace_straggler_model(tmp_path: Path, suffix: str) -> None:
     table = [[0.5, None, 0.25], [0.0, 1.5, 2.0]]
     path = write_trace(tmp_path / f"t{suffix}", table)
     loaded = load_trace(path)

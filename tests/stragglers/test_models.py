@@ -150,7 +150,7 @@ def test_trace_replay_csv(tmp_path: Path) -> None:
         ("t.json", "[[0.1]]", ConfigError, "records 1 workers"),
         ("t.json", "[[0.1, -1.0]]", DataError, "negative"),
         ("t.json", '{"x": 1}', DataError, "list of rounds"),
-        ("t.json", "[[0.1, \"slow\"]]", DataError, "not seconds"),
+        ("t.json", '[[0.1, "slow"]]', DataError, "not seconds"),
         ("t.json", "[[0.1,", DataError, "cannot read"),
         ("t.csv", "r,w,d\n0,0,1\n", DataError, "header"),
         ("t.csv", "round,worker,delay\n0,x,1\n", DataError, "line 2"),
@@ -214,7 +214,13 @@ def test_string_options_are_coerced_and_help_lists_every_model() -> None:
     model = create_straggler_model("fixed", {"count": "2", "delay": "0.5"}, seed=0, n_workers=4)
     assert sum(model.delay(w, 3, 0.0, 1.0) for w in range(4)) == pytest.approx(1.0)
     assert set(STRAGGLER_MODELS) == {
-        "none", "exponential", "shifted-exponential", "pareto", "fixed", "slowdown", "trace"
+        "none",
+        "exponential",
+        "shifted-exponential",
+        "pareto",
+        "fixed",
+        "slowdown",
+        "trace",
     }
     for info in STRAGGLER_MODELS.values():
         assert info.description and info.describe()
