@@ -1,7 +1,7 @@
 """`codedgd simulate` and `codedgd report` (wired into client/cli.py's parser).
 
-    codedgd simulate   a job on the discrete-event simulator (virtual clock, real arithmetic)
-    codedgd report     figures and a time-to-target table from result files
+codedgd simulate   a job on the discrete-event simulator (virtual clock, real arithmetic)
+codedgd report     figures and a time-to-target table from result files
 """
 
 from __future__ import annotations
@@ -98,8 +98,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument(
         "--decode-seconds",
         type=float,
-        help="decode time per round, seconds (default: the measured time of the policy's "
-        "decode)",
+        help="decode time per round, seconds (default: the measured time of the policy's decode)",
     )
     c.add_argument(
         "--round-overhead",
@@ -172,8 +171,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else _default_output(config)
     if args.trace_from_results:
         table = trace_from_results(args.trace_from_results, kind=args.trace_kind)
-        trace_path = Path(args.trace_out) if args.trace_out else out.with_name(
-            out.stem + "-trace.json"
+        trace_path = (
+            Path(args.trace_out) if args.trace_out else out.with_name(out.stem + "-trace.json")
         )
         write_trace(trace_path, table, kind=args.trace_kind, source=str(args.trace_from_results))
         print(f"trace: {trace_path} ({len(table)} rounds, kind {args.trace_kind})")

@@ -194,8 +194,11 @@ class Assembler:
     def _finish(self) -> np.ndarray:
         first = self._first
         assert first is not None
-        data: bytes | bytearray = self._parts[0] if self._count == 1 else (
-            self._buffer if self._buffer is not None else b"")
+        data: bytes | bytearray = (
+            self._parts[0]
+            if self._count == 1
+            else (self._buffer if self._buffer is not None else b"")
+        )
         size = len(data) if self._count == 1 else self._filled
         if size != self._nbytes:
             raise WireError(

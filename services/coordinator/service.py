@@ -181,9 +181,7 @@ class CoordinatorService:
                 job.lose(session, "disconnected")
             log.info("worker %s disconnected (%d connected)", session.name, len(self.sessions))
 
-    async def _read(
-        self, session: WorkerSession, requests: AsyncIterator[SizedMessage]
-    ) -> None:
+    async def _read(self, session: WorkerSession, requests: AsyncIterator[SizedMessage]) -> None:
         try:
             async for message, size in requests:
                 session.last_seen = time.monotonic()

@@ -47,8 +47,11 @@ def resolve_data_dir(explicit: str | Path | None) -> Path:
 def _loaders() -> dict[str, Callable[..., Dataset]]:
     from services.data import loaders
 
-    return {"amazon": loaders.load_amazon, "covtype": loaders.load_covtype,
-            "kc-house": loaders.load_kc_house}
+    return {
+        "amazon": loaders.load_amazon,
+        "covtype": loaders.load_covtype,
+        "kc-house": loaders.load_kc_house,
+    }
 
 
 def check_dataset_options(

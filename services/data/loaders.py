@@ -25,23 +25,38 @@ AMAZON_FILE = Path("amazon_employee_access") / "train.csv.gz"
 COVTYPE_FILE = Path("covtype_ramp_subset") / "test.csv.gz"
 KC_HOUSE_FILE = Path("kc_house") / "kc_house_data.csv.gz"
 
-AMAZON_HEADER = ["ACTION", "RESOURCE", "MGR_ID", "ROLE_ROLLUP_1", "ROLE_ROLLUP_2",
-                 "ROLE_DEPTNAME", "ROLE_TITLE", "ROLE_FAMILY_DESC", "ROLE_FAMILY", "ROLE_CODE"]
+AMAZON_HEADER = [
+    "ACTION",
+    "RESOURCE",
+    "MGR_ID",
+    "ROLE_ROLLUP_1",
+    "ROLE_ROLLUP_2",
+    "ROLE_DEPTNAME",
+    "ROLE_TITLE",
+    "ROLE_FAMILY_DESC",
+    "ROLE_FAMILY",
+    "ROLE_CODE",
+]
 # Pairs of the 9 id columns (0-based) left out of the interaction features.
 AMAZON_EXCLUDED_PAIRS = frozenset({(5, 7), (2, 3)})
 
 
 def _fix(path: Path) -> str:
-    return (f"re-copy {path.name} from the original dataset, or point CODEDGD_DATA_DIR / "
-            "--data-dir at a directory with an intact copy")
+    return (
+        f"re-copy {path.name} from the original dataset, or point CODEDGD_DATA_DIR / "
+        "--data-dir at a directory with an intact copy"
+    )
 
 
-def _read_csv(data_dir: Path, rel: Path, expected_header: Sequence[str] | None,
-              n_columns: int) -> tuple[list[str], list[list[str]]]:
+def _read_csv(
+    data_dir: Path, rel: Path, expected_header: Sequence[str] | None, n_columns: int
+) -> tuple[list[str], list[list[str]]]:
     path = data_dir / rel
     if not path.is_file():
-        raise DataError(f"{path} not found: the data directory must contain {rel} "
-                        "(set --data-dir or CODEDGD_DATA_DIR)")
+        raise DataError(
+            f"{path} not found: the data directory must contain {rel} "
+            "(set --data-dir or CODEDGD_DATA_DIR)"
+        )
     try:
         with gzip.open(path, "rt", newline="") as fh:
             reader = csv.reader(fh)
@@ -57,8 +72,9 @@ def _read_csv(data_dir: Path, rel: Path, expected_header: Sequence[str] | None,
         raise DataError(f"{path} has {len(header)} columns, expected {n_columns}: {_fix(path)}")
     for i, row in enumerate(rows):
         if len(row) != n_columns:
-            raise DataError(f"{path} line {i + 2} has {len(row)} cells, expected {n_columns}: "
-                            f"{_fix(path)}")
+            raise DataError(
+                f"{path} line {i + 2} has {len(row)} cells, expected {n_columns}: {_fix(path)}"
+            )
     if not rows:
         raise DataError(f"{path} has no data rows: {_fix(path)}")
     return header, rows
@@ -71,17 +87,23 @@ def _numeric(rows: list[list[str]], path: Path, dtype: type = float) -> np.ndarr
         raise DataError(f"{path} has a non-numeric cell ({exc}): {_fix(path)}") from None
 
 
-def _split(X: Matrix, y: np.ndarray, name: str, task: str, seed: int,
-           test_fraction: float) -> Dataset:
+def _split(
+    X: Matrix, y: np.ndarray, name: str, task: str, seed: int, test_fraction: float
+) -> Dataset:
     if not 0 < test_fraction < 1:
         raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
     n = y.shape[0]
     n_test = round(n * test_fraction)
     perm = np.random.default_rng([seed, 0x5717]).permutation(n)
     test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
-    return Dataset(name=name, task=task,  # type: ignore[arg-type]
-                   X_train=take_rows(X, train), y_train=y[train],
-                   X_test=take_rows(X, test), y_test=y[test])
+    return Dataset(
+        name=name,
+        task=task,  # type: ignore[arg-type]
+        X_train=take_rows(X, train),
+        y_train=y[train],
+        X_test=take_rows(X, test),
+        y_test=y[test],
+    )
 
 
 def _one_hot(columns: Sequence[np.ndarray], bias: bool = True) -> sp.csr_matrix:
@@ -113,12 +135,16 @@ def load_amazon(data_dir: Path, *, seed: int, test_fraction: float = 0.2) -> Dat
     table = _numeric(rows, data_dir / AMAZON_FILE, int)
     y = table[:, 0].astype(np.float64)
     if not np.isin(y, (0.0, 1.0)).all():
-        raise DataError(f"{data_dir / AMAZON_FILE}: ACTION must be 0 or 1: "
-                        f"{_fix(data_dir / AMAZON_FILE)}")
+        raise DataError(
+            f"{data_dir / AMAZON_FILE}: ACTION must be 0 or 1: {_fix(data_dir / AMAZON_FILE)}"
+        )
     ids = table[:, 1:]
     scale = int(ids.max()) + 1
-    pairs = [(i, j) for i, j in itertools.combinations(range(9), 2)
-             if (i, j) not in AMAZON_EXCLUDED_PAIRS]
+    pairs = [
+        (i, j)
+        for i, j in itertools.combinations(range(9), 2)
+        if (i, j) not in AMAZON_EXCLUDED_PAIRS
+    ]
     columns = [ids[:, i] for i in range(9)] + [ids[:, i] * scale + ids[:, j] for i, j in pairs]
     return _split(_one_hot(columns), y, "amazon", "classification", seed, test_fraction)
 
@@ -152,7 +178,7 @@ def load_kc_house(data_dir: Path, *, seed: int, test_fraction: float = 0.2) -> D
     if "price" not in header or "bedrooms" not in header:
         raise DataError(f"{path} lacks the price/bedrooms columns: {_fix(path)}")
     start = header.index("bedrooms")
-    values = _numeric([row[header.index("price"):] for row in rows], path)
+    values = _numeric([row[header.index("price") :] for row in rows], path)
     price_col = 0
     first = start - header.index("price")
     y = values[:, price_col] * 1e-6

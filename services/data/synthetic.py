@@ -42,8 +42,15 @@ def make_synthetic(
     rng = np.random.default_rng([seed, 0x5EED])
     X: Matrix
     if density < 1:
-        X = sp.random(rows, dim, density=density, format="csr", random_state=rng,
-                      data_rvs=rng.standard_normal, dtype=np.float64)
+        X = sp.random(
+            rows,
+            dim,
+            density=density,
+            format="csr",
+            random_state=rng,
+            data_rvs=rng.standard_normal,
+            dtype=np.float64,
+        )
         scale = 1.0 / np.sqrt(max(density * dim, 1.0))
     else:
         X = rng.standard_normal((rows, dim))

@@ -50,9 +50,7 @@ def create_model(name: str, options: Mapping[str, Any] | None = None) -> Model:
     if cls is None:
         near = difflib.get_close_matches(str(name), MODELS, n=2)
         hint = f" Did you mean {' or '.join(near)}?" if near else ""
-        raise ConfigError(
-            f"unknown model {name!r}.{hint} Valid models: {', '.join(MODELS)}"
-        )
+        raise ConfigError(f"unknown model {name!r}.{hint} Valid models: {', '.join(MODELS)}")
     opts = dict(options or {})
     unknown = sorted(set(opts) - set(_OPTIONS))
     if unknown:

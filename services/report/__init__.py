@@ -59,9 +59,7 @@ def build_report(
     report = summarize_runs(runs, target_loss=target_loss, baseline=baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = (
-        tuple(write_figures(runs, out, target_loss=report.target_loss)) if figures else ()
-    )
+    written = tuple(write_figures(runs, out, target_loss=report.target_loss)) if figures else ()
     sources = "\n".join(f"- {r.label}: `{r.path}`" for r in runs)
     images = "\n".join(
         f"![{p.stem.replace('_', ' ')}]({p.name})" for p in written if p.suffix == ".png"

@@ -132,15 +132,37 @@ def write_figures(
         return [(r.round + 1, v) for r, v in run.metrics()]
 
     loss_label = "training loss F(θ) (objective, no unit)"
-    series("loss_vs_time", "Training loss vs wall-clock time", loss_label, loss_time,
-           time_label, target_loss)
-    series("loss_vs_rounds", "Training loss vs rounds", loss_label, loss_rounds,
-           "round (gradient steps)", target_loss)
+    series(
+        "loss_vs_time",
+        "Training loss vs wall-clock time",
+        loss_label,
+        loss_time,
+        time_label,
+        target_loss,
+    )
+    series(
+        "loss_vs_rounds",
+        "Training loss vs rounds",
+        loss_label,
+        loss_rounds,
+        "round (gradient steps)",
+        target_loss,
+    )
     if any(r.metrics() for r in runs):
-        series("metric_vs_time", f"{metric_label} vs wall-clock time", metric_label,
-               metric_time, time_label)
-        series("metric_vs_rounds", f"{metric_label} vs rounds", metric_label, metric_rounds,
-               "round (gradient steps)")
+        series(
+            "metric_vs_time",
+            f"{metric_label} vs wall-clock time",
+            metric_label,
+            metric_time,
+            time_label,
+        )
+        series(
+            "metric_vs_rounds",
+            f"{metric_label} vs rounds",
+            metric_label,
+            metric_rounds,
+            "round (gradient steps)",
+        )
     written.extend(_round_times(plt, runs, st, out_dir))
     return written
 
@@ -149,9 +171,7 @@ def _round_times(
     plt: Any, runs: Sequence[Run], st: list[dict[str, Any]], out_dir: Path
 ) -> list[Path]:
     data = [[r.round_seconds for r in run.records] for run in runs]
-    fig, ax = plt.subplots(
-        figsize=(max(5.0, 1.1 * len(runs) + 2.5), 4.8), constrained_layout=True
-    )
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(runs) + 2.5), 4.8), constrained_layout=True)
     box = ax.boxplot(
         data,
         whis=(5, 95),
@@ -174,15 +194,17 @@ def _round_times(
         ax.set_yscale("log")
     ax.set_ylabel("round time (s)")
     ax.set_xlabel("run (policy)")
-    ax.set_title("Round times per run\n(box: quartiles, whiskers: 5–95 %, ▲: mean)",
-                 fontsize="medium")
+    ax.set_title(
+        "Round times per run\n(box: quartiles, whiskers: 5–95 %, ▲: mean)", fontsize="medium"
+    )
     ax.grid(True, axis="y", alpha=0.3)
     handles = [
         plt.Rectangle((0, 0), 1, 1, color=policy_color(p), alpha=0.75)
         for p in dict.fromkeys(r.policy for r in runs)
     ]
-    ax.legend(handles, list(dict.fromkeys(r.policy for r in runs)), fontsize="small",
-              title="policy")
+    ax.legend(
+        handles, list(dict.fromkeys(r.policy for r in runs)), fontsize="small", title="policy"
+    )
     paths = _save(fig, out_dir / "round_times")
     plt.close(fig)
     return paths

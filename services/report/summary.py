@@ -144,9 +144,7 @@ def time_to_target(run: Run, target: float) -> tuple[float | None, int | None]:
 def choose_target(runs: Sequence[Run], explicit: float | None) -> tuple[float, str]:
     if explicit is not None:
         return float(explicit), "given"
-    targets = {
-        (r.job.get("job") or {}).get("target_loss") for r in runs
-    }
+    targets = {(r.job.get("job") or {}).get("target_loss") for r in runs}
     if len(targets) == 1 and None not in targets:
         return float(next(iter(targets))), "the jobs' target_loss"  # type: ignore[arg-type]
     evaluated = [r.losses() for r in runs if r.losses()]
@@ -185,9 +183,7 @@ def summarize_runs(
         ttt, rtt = time_to_target(run, target)
         losses, metrics = run.losses(), run.metrics()
         mean = float(np.mean(times))
-        speedup = (
-            base_time / ttt if base_time is not None and ttt is not None and ttt > 0 else None
-        )
+        speedup = base_time / ttt if base_time is not None and ttt is not None and ttt > 0 else None
         rows.append(
             RunSummary(
                 label=run.label,
@@ -246,6 +242,7 @@ def markdown_table(report: Report) -> str:
 
 def report_dict(report: Report) -> dict[str, Any]:
     """The report as JSON-ready data (full precision)."""
+
     def clean(v: Any) -> Any:
         return None if isinstance(v, float) and not math.isfinite(v) else v
 

@@ -105,8 +105,10 @@ class Simulator:
             for wp in plan.workers
         ]
         self.rows_held = np.array(
-            [sum(int(self.prepared.blocks[p].shape[0]) for p in wp.partitions)
-             for wp in plan.workers],
+            [
+                sum(int(self.prepared.blocks[p].shape[0]) for p in wp.partitions)
+                for wp in plan.workers
+            ],
             dtype=np.float64,
         )
         self.parts_held = np.array([len(wp.partitions) for wp in plan.workers], dtype=np.float64)

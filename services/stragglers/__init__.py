@@ -83,8 +83,7 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
         (Param("mean", float, 0.05, "mean delay in seconds, >= 0"),),
     ),
     "shifted-exponential": StragglerInfo(
-        "extra delay T = shift·load + Exp(rate/load) after computing; "
-        "load = partitions held / k",
+        "extra delay T = shift·load + Exp(rate/load) after computing; load = partitions held / k",
         (
             Param("shift", float, 0.0, "seconds per unit load, >= 0"),
             Param("rate", float, 10.0, "λ > 0 (mean of the exponential part: load/λ seconds)"),
@@ -114,8 +113,12 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
     "trace": StragglerInfo(
         "replay recorded per-worker per-round delays",
         (
-            Param("path", str, _REQUIRED, "a .json [[round0 delays...], ...] or "
-                  ".csv (round,worker,delay) file"),
+            Param(
+                "path",
+                str,
+                _REQUIRED,
+                "a .json [[round0 delays...], ...] or .csv (round,worker,delay) file",
+            ),
             Param("cycle", bool, False, "replay from the start after the last recorded round"),
         ),
     ),
@@ -175,8 +178,7 @@ def create_straggler_model(
         near = difflib.get_close_matches(str(name), STRAGGLER_MODELS, n=2)
         hint = f" Did you mean {' or '.join(near)}?" if near else ""
         raise ConfigError(
-            f"unknown straggler model {name!r}.{hint} "
-            f"Valid models: {', '.join(STRAGGLER_MODELS)}"
+            f"unknown straggler model {name!r}.{hint} Valid models: {', '.join(STRAGGLER_MODELS)}"
         )
     given = dict(options or {})
     known = {p.name: p for p in info.parameters}
