@@ -141,7 +141,11 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="policy parameter, repeatable (e.g. --param s=1)",
     )
-    g.add_argument("--data", "-d", help="dataset: synthetic (default), amazon, covtype, kc-house")
+    g.add_argument(
+        "--data",
+        "-d",
+        help="dataset: synthetic (default), lag-synthetic, amazon, covtype, kc-house",
+    )
     g.add_argument(
         "--data-opt",
         action="append",
@@ -149,7 +153,7 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="dataset option, repeatable (synthetic: rows, dim, task, density, noise, "
-        "test_fraction; real: test_fraction)",
+        "test_fraction; lag-synthetic: workers, dim, growth, noise; real: test_fraction)",
     )
     g.add_argument("--model", "-m", help="model: logistic (default) or least-squares")
     g.add_argument("--l2", type=float, help="L2 regularization λ (default 1e-4)")

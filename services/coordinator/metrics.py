@@ -96,7 +96,14 @@ class CoordinatorMetrics:
         for direction in DIRECTIONS:
             self.gradient_bytes.labels(direction)
         self.rounds = Counter("codedgd_rounds_total", "Rounds completed.", ["policy"], registry=r)
-        self.uploads = Counter("codedgd_uploads_total", "Worker results received.", registry=r)
+        self.uploads = Counter(
+            "codedgd_uploads_total", "Worker gradient messages received.", registry=r
+        )
+        self.uploads_skipped = Counter(
+            "codedgd_uploads_skipped_total",
+            "Worker results that said 'computed, not uploaded' (lazy aggregation).",
+            registry=r,
+        )
         self.computations = Counter(
             "codedgd_computations_total",
             "Gradient computations requested from workers.",

@@ -18,13 +18,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.sessions import Sessions, WorkerSession
+from services.data import is_generated
 from services.data.dataset import (
     FINGERPRINT_PREFIX,
     Dataset,
@@ -36,7 +37,7 @@ from services.data.dataset import (
 from services.errors import CodedGDError, ConfigError, DecodeError, JobFailed, WireError
 from services.job import JobConfig
 from services.models.base import Model
-from services.policies.base import Estimate, Plan, Policy
+from services.policies.base import Estimate, JobContext, Plan, Policy
 from services.proto import codedgd_pb2 as pb
 from services.reports import RoundRecord
 from services.wire import DEFAULT_CHUNK_BYTES, Assembler, chunks, tensor_chunks
@@ -249,7 +250,7 @@ class JobRun:
             coeff = next(tensor_chunks("coefficients", wp.coefficients.astype(np.float64)))
             # A worker started with --data-dir loads real datasets itself (no data on the
             # wire); the fingerprints let it prove it holds the rows planned here.
-            from_disk = session.has_data_dir and self.config.data.name != "synthetic"
+            from_disk = session.has_data_dir and not is_generated(self.config.data.name)
             options = dict(wp.options)
             parts = {p: take_rows(ds.X_train, prepared.blocks[p]) for p in wp.partitions}
             if from_disk:
@@ -396,7 +397,9 @@ class JobRun:
         responses: dict[int, float] = {}
         computes: dict[int, float] = {}
         deadline = sent_at + self.config.round_timeout
-        decodable = not outstanding and policy.feasible(frozenset())
+        # Decodable before any arrival: no one contacted, or (lazy policies) enough stale
+        # messages count already.
+        decodable = policy.feasible(frozenset())
         while not decodable:
             remaining = deadline - time.perf_counter()
             try:
@@ -422,8 +425,11 @@ class JobRun:
             if event.worker not in outstanding:
                 continue
             outstanding.discard(event.worker)
-            uploads += 1
-            self.metrics.uploads.inc()
+            if event.payload is not None:
+                uploads += 1
+                self.metrics.uploads.inc()
+            else:
+                self.metrics.uploads_skipped.inc()
             label = str(event.worker)
             self.metrics.worker_compute.labels(label).observe(event.result.compute_seconds)
             self.metrics.worker_response.labels(label).observe(event.received - sent_at)
@@ -488,9 +494,30 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
     )
     if k > dataset.n_train:
         raise ConfigError(f"{k} partitions but only {dataset.n_train} training rows")
-    blocks = partition_rows(dataset.n_train, k, config.seed)
+    if dataset.blocks is not None:
+        if k != len(dataset.blocks):
+            raise ConfigError(
+                f"dataset {dataset.name!r} comes split among {len(dataset.blocks)} data "
+                f"owners: use k = {len(dataset.blocks)} partitions (got k = {k}; with "
+                f"policies that use k = n, run n = {len(dataset.blocks)} workers)"
+            )
+        blocks = [np.asarray(b, dtype=np.int64) for b in dataset.blocks]
+    else:
+        blocks = partition_rows(dataset.n_train, k, config.seed)
     lr = choose_lr(config, model, dataset.X_train)
+    policy.bind(_context(model, dataset, blocks, lr))
     return Prepared(dataset, model, policy, plan, blocks, lr)
+
+
+def _context(model: Model, dataset: Dataset, blocks: list[np.ndarray], lr: float) -> JobContext:
+    """The policy's view of the loaded job (smoothness computed only when asked)."""
+    n_rows = dataset.n_train
+
+    def smoothness(partitions: Sequence[int]) -> float:
+        rows = np.sort(np.concatenate([blocks[p] for p in partitions]))
+        return float(model.smoothness(take_rows(dataset.X_train, rows))) / n_rows
+
+    return JobContext(n_rows=n_rows, step_size=lr, smoothness=smoothness)
 
 
 def choose_lr(config: JobConfig, model: Model, X: Matrix) -> float:

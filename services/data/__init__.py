@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from services.data.dataset import Dataset, partition_rows, take_rows
+from services.data.lag_synthetic import make_lag_synthetic
 from services.data.synthetic import make_synthetic
 from services.errors import ConfigError, DataError
 
@@ -24,7 +25,20 @@ DATASETS: dict[str, str] = {
     "amazon": "Amazon Employee Access, one-hot with pairwise interactions (241,915 dims, sparse)",
     "covtype": "Forest Covertype subset, classes 1 vs 2 (54 features + bias)",
     "kc-house": "King County house sales, price × 1e-6, one-hot least squares (sparse)",
+    "lag-synthetic": "LAG's heterogeneous least squares, X_m = growth^(m-1) q_m q_m^T + I, "
+    "split among workers (options: workers, dim, growth, noise)",
 }
+
+# Datasets generated from the seed: never read from disk, so workers always get rows inline.
+GENERATORS: dict[str, Callable[..., Dataset]] = {
+    "synthetic": make_synthetic,
+    "lag-synthetic": make_lag_synthetic,
+}
+
+
+def is_generated(name: str) -> bool:
+    """True for datasets made from the seed (no data directory involved)."""
+    return name in GENERATORS
 
 
 def resolve_data_dir(explicit: str | Path | None) -> Path:
@@ -62,7 +76,7 @@ def check_dataset_options(
         near = difflib.get_close_matches(name, DATASETS, n=2)
         hint = f" Did you mean {', '.join(near)}?" if near else ""
         raise ConfigError(f"unknown dataset {name!r}.{hint} Available: {', '.join(DATASETS)}")
-    fn: Callable[..., Dataset] = make_synthetic if name == "synthetic" else _loaders()[name]
+    fn: Callable[..., Dataset] = GENERATORS[name] if is_generated(name) else _loaders()[name]
     accepted = {p for p in inspect.signature(fn).parameters if p not in ("data_dir", "seed")}
     unknown = set(options) - accepted
     if unknown:
@@ -70,7 +84,7 @@ def check_dataset_options(
             f"dataset {name!r} has no option(s) {', '.join(sorted(unknown))}; "
             f"its options: {', '.join(sorted(accepted)) or 'none'}"
         )
-    if name != "synthetic":
+    if not is_generated(name):
         try:
             resolve_data_dir(data_dir)
         except DataError as exc:
@@ -82,11 +96,11 @@ def load_dataset(
 ) -> Dataset:
     """Load a dataset by name with a seeded train/test split."""
     check_dataset_options(name, options, data_dir)
-    if name == "synthetic":
+    if is_generated(name):
         try:
-            return make_synthetic(seed=seed, **dict(options))
+            return GENERATORS[name](seed=seed, **dict(options))
         except TypeError as exc:
-            raise ConfigError(f"synthetic dataset: {exc}") from None
+            raise ConfigError(f"{name} dataset: {exc}") from None
     return _loaders()[name](resolve_data_dir(data_dir), seed=seed, **dict(options))
 
 
@@ -94,7 +108,9 @@ __all__ = [
     "DATASETS",
     "Dataset",
     "check_dataset_options",
+    "is_generated",
     "load_dataset",
+    "make_lag_synthetic",
     "make_synthetic",
     "partition_rows",
     "resolve_data_dir",

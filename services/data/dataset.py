@@ -25,6 +25,9 @@ class Dataset:
     y_train: np.ndarray
     X_test: Matrix
     y_test: np.ndarray
+    # Row blocks of data owners when the data comes split (e.g. LAG's synthetic setup,
+    # one block per worker); None: the coordinator splits rows with a seeded shuffle.
+    blocks: tuple[np.ndarray, ...] | None = None
 
     @property
     def dim(self) -> int:

@@ -5,6 +5,8 @@ round loop (real workers over gRPC) and the simulator (virtual clock) drive the
 same objects through four calls:
 
 1. :meth:`Policy.plan` once per job: each worker's partitions and encoding;
+   then :meth:`Policy.bind` once the data is loaded (step size, row count, and
+   smoothness constants of partitions, for the policies that use them);
 2. :meth:`Policy.begin_round` at the start of round t: whom to contact and
    which extra parameters to send with θ_t;
 3. :meth:`Policy.offer` for every arrival, until it returns True (decodable);
@@ -17,7 +19,7 @@ Notation follows SCHEMES.md: n workers, k partitions, s stragglers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -94,6 +96,22 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class JobContext:
+    """What the coordinator knows once the data is loaded, for :meth:`Policy.bind`.
+
+    The coordinator steps θ ← θ − α·(Σ_j g_j / N + λθ): ``n_rows`` is N and
+    ``step_size`` is α. ``smoothness(partitions)`` is a smoothness constant of
+    f_P(θ) = (1/N)·Σ_{rows x of the partitions P} ℓ(x; θ) (the data term only; the
+    L2 term is applied fresh by the coordinator every round). It is computed on
+    demand, so policies that do not call it cost nothing.
+    """
+
+    n_rows: int
+    step_size: float
+    smoothness: Callable[[Sequence[int]], float]
+
+
+@dataclass(frozen=True)
 class Param:
     """A policy parameter as shown by ``codedgd policies`` and checked on input."""
 
@@ -133,6 +151,9 @@ class Policy(ABC):
 
         The coordinator asks when a worker is lost mid-round; False fails the round.
         """
+
+    def bind(self, context: JobContext) -> None:  # noqa: B027 - optional hook
+        """Called once after :meth:`plan` when the data is loaded (default: nothing)."""
 
     def default_partitions(self, n_workers: int) -> int:
         """Number of partitions k the policy wants for n workers (k = n unless said)."""

@@ -47,6 +47,7 @@ from services.sim.cost import (
 )
 from services.stragglers import StragglerModel, create_straggler_model
 from services.worker.compute import Computer, PartitionRows
+from services.worker.lazy import LazyUploader
 
 FLOAT_BYTES = 8
 
@@ -139,6 +140,8 @@ class Simulator:
         self.cost = cost
         self.computed = 0
         self.skipped = 0
+        # The workers' lag-wk memory, exactly as in the worker agent.
+        self.lazy = [LazyUploader() for _ in range(config.workers)]
 
     def modelled_compute(self) -> np.ndarray:
         """Every worker's compute seconds under the cost model (0 for compute="none")."""
@@ -175,15 +178,24 @@ class Simulator:
             if not policy.feasible(frozenset(contacted)):
                 raise JobFailed(f"policy {policy.name!r} cannot decode round {t}")
             payloads: dict[int, np.ndarray] = {}
-            if cost.compute == "measured":
+            lazy_round = LazyUploader.active(spec.params)
+            if cost.compute == "measured" or lazy_round:
+                # Measured compute times, or a worker-side trigger that needs every
+                # contacted worker's message: compute them all now.
                 compute = np.empty(len(contacted))
                 for i, w in enumerate(contacted):
                     result = self.computers[w].compute(point)
                     self.computed += 1
                     payloads[w] = result.payload
                     compute[i] = result.seconds
+                if cost.compute != "measured":
+                    compute = compute_model[contacted] if contacted else np.zeros(0)
             else:
                 compute = compute_model[contacted] if contacted else np.zeros(0)
+            uploading = {
+                w: not lazy_round or self.lazy[w].should_upload(payloads[w], spec.params)
+                for w in contacted
+            }
             down = downlink_times(cost, theta_bytes, len(contacted))
             delay = np.array(
                 [
@@ -192,12 +204,14 @@ class Simulator:
                 ]
             )
             ready = down + compute + delay
-            arrival = uplink_arrivals(cost, ready, [self.payload_bytes[w] for w in contacted])
+            sizes = [self.payload_bytes[w] if uploading[w] else 0 for w in contacted]
+            arrival = uplink_arrivals(cost, ready, sizes)
             order = np.argsort(arrival, kind="stable")
-            decodable = not contacted and policy.feasible(frozenset())
+            decodable = policy.feasible(frozenset())
             wait = 0.0
             compute_max = 0.0
             uploads = 0
+            answered = 0
             bytes_up = 0
             responses: dict[int, float] = {}
             computes: dict[int, float] = {}
@@ -210,12 +224,18 @@ class Simulator:
                     payload = self.computers[w].compute(point).payload
                     self.computed += 1
                 wait = float(arrival[i])
-                uploads += 1
-                bytes_up += self.payload_bytes[w]
+                answered += 1
                 compute_max = max(compute_max, float(compute[i]))
                 responses[w] = wait
                 computes[w] = float(compute[i])
-                decodable = policy.offer(w, payload)
+                if uploading[w]:
+                    uploads += 1
+                    bytes_up += self.payload_bytes[w]
+                    if lazy_round:
+                        self.lazy[w].uploaded(payload)
+                    decodable = policy.offer(w, payload)
+                else:
+                    decodable = policy.offer(w, None)
             if not decodable:
                 raise JobFailed(
                     f"round {t}: policy {policy.name!r} could not decode after all "
@@ -226,8 +246,8 @@ class Simulator:
                     f"round {t} was not decodable within job.round_timeout="
                     f"{cfg.round_timeout:g} s (simulated: {wait:.3g} s)"
                 )
-            if cost.compute != "measured":
-                self.skipped += len(contacted) - uploads
+            if cost.compute != "measured" and not lazy_round:
+                self.skipped += len(contacted) - answered
             decode_start = time.perf_counter()
             try:
                 estimate = policy.decode()
@@ -259,7 +279,7 @@ class Simulator:
                 bytes_down=theta_bytes * len(contacted),
                 uploads=uploads,
                 computations=len(contacted),
-                cancelled=len(contacted) - uploads,
+                cancelled=len(contacted) - answered,
                 late_dropped=0,
                 response_seconds=responses,
                 worker_compute_seconds=computes,

@@ -36,6 +36,7 @@ from services.security import Security
 from services.stragglers.base import StragglerModel
 from services.wire import GRPC_OPTIONS, Assembler, chunks, to_array
 from services.worker.compute import Cancelled, Computer, PartitionRows
+from services.worker.lazy import LazyUploader
 
 log = logging.getLogger("codedgd.worker")
 PROTOCOL = "codedgd.v1"
@@ -80,6 +81,7 @@ class _Job:
     task: asyncio.Task[None] | None = None
     task_round: int = -1
     cancel_event: threading.Event = field(default_factory=threading.Event)
+    lazy: LazyUploader = field(default_factory=LazyUploader)
 
 
 class WorkerAgent:
@@ -95,6 +97,7 @@ class WorkerAgent:
         self.compute_seconds_total = 0.0
         self.delay_seconds_total = 0.0
         self.bytes_sent_total = 0
+        self.uploads_skipped = 0
         self.connected = False
         self._last_compute = float("inf")
 
@@ -379,9 +382,23 @@ class WorkerAgent:
         straggler = job.straggler
         if straggler is not None:
             delay = float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
+        upload = job.lazy.should_upload(result.payload, params)
         if delay > 0:
             self.delay_seconds_total += delay
             await asyncio.sleep(delay)  # cancelled at once by a Cancel
+        if not upload:
+            self.uploads_skipped += 1
+            message = pb.WorkerMessage()
+            skipped = message.result
+            skipped.job_id = job.job_id
+            skipped.round = round_
+            skipped.skipped = True
+            skipped.compute_seconds = result.seconds
+            skipped.delay_seconds = delay
+            self._out.put_nowait(message)
+            return
+        if job.lazy.active(params):
+            job.lazy.uploaded(result.payload)
         self.bytes_sent_total += result.payload.nbytes
         for c in chunks("gradient", result.payload, self.options.chunk_bytes):
             message = pb.WorkerMessage()

@@ -49,6 +49,11 @@ class _AgentCollector(Collector):
             "Result payload bytes sent.",
             value=a.bytes_sent_total,
         )
+        yield CounterMetricFamily(
+            "codedgd_worker_uploads_skipped_total",
+            "Rounds whose result this worker computed but did not upload (lag-wk trigger).",
+            value=a.uploads_skipped,
+        )
         yield GaugeMetricFamily(
             "codedgd_worker_connected",
             "1 while the stream to the coordinator is open.",
