@@ -94,6 +94,13 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
         (
             Param("scale", float, 0.01, "t_m > 0, the smallest delay in seconds"),
             Param("shape", float, 2.0, "α > 0 (mean α·scale/(α−1) when α > 1)"),
+            Param(
+                "by_load",
+                bool,
+                False,
+                "multiply the draw by the worker's load (partitions held / k), as "
+                "shifted-exponential does: a worker holding more data is slower",
+            ),
         ),
     ),
     "fixed": StragglerInfo(
@@ -138,7 +145,7 @@ def _build_shifted(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
 
 
 def _build_pareto(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
-    return ParetoDelay(o["scale"], o["shape"], seed=seed, n_workers=n)
+    return ParetoDelay(o["scale"], o["shape"], seed=seed, n_workers=n, by_load=o["by_load"])
 
 
 def _build_fixed(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:

@@ -149,21 +149,27 @@ class ParetoDelay(SeededDelay):
     """Pareto(scale t_m, shape α) seconds: heavy-tailed, P(T > t) = (t_m/t)^α for t ≥ t_m.
 
     Mean α·t_m/(α − 1) for α > 1 (infinite otherwise). numpy's ``pareto`` is the
-    Lomax law, so the classical Pareto sample is t_m·(1 + Lomax).
+    Lomax law, so the classical Pareto sample is t_m·(1 + Lomax). With ``by_load`` the
+    sample is multiplied by the worker's load (partitions held / k), so coded policies
+    that give a worker more data pay for it, as with the shifted exponential.
     """
 
     name: ClassVar[str] = "pareto"
 
-    def __init__(self, scale: float, shape: float, *, seed: int, n_workers: int) -> None:
+    def __init__(
+        self, scale: float, shape: float, *, seed: int, n_workers: int, by_load: bool = False
+    ) -> None:
         super().__init__(seed=seed, n_workers=n_workers)
         self.scale = _check_number(self.name, "scale", scale, low=0.0, strict=True)
         self.shape = _check_number(self.name, "shape", shape, low=0.0, strict=True)
+        self.by_load = by_load
 
     def _draw(self, rng: np.random.Generator) -> np.ndarray:
         return self.scale * (1.0 + rng.pareto(self.shape, self.n_workers))
 
     def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
-        return self._value(worker, round)
+        value = self._value(worker, round)
+        return load * value if self.by_load else value
 
 
 class _ChosenWorkers(SeededDelay):

@@ -68,6 +68,12 @@ def test_pareto_mean_and_tail() -> None:
     assert abs(np.mean(s > 2 * tm) - p) < 5 * np.sqrt(p * (1 - p) / s.size)
 
 
+def test_pareto_by_load_scales_the_same_draws_with_load() -> None:
+    plain = _samples(_make("pareto", scale=0.1, shape=3.0), load=0.25, rounds=50)
+    scaled = _samples(_make("pareto", scale=0.1, shape=3.0, by_load="true"), load=0.25, rounds=50)
+    np.testing.assert_allclose(scaled, 0.25 * plain, rtol=1e-15)
+
+
 def test_fixed_delays_exactly_count_workers_a_round() -> None:
     s = _samples(_make("fixed", count=3, delay=0.7))
     assert set(np.unique(s)) == {0.0, 0.7}
