@@ -15,7 +15,10 @@ Laziness that keeps θ identical: with a modelled compute time (``compute="model
 or ``"none"``) the arrival times do not depend on gradient values, so the order is
 known before any gradient is computed and only the workers offered before the round
 becomes decodable compute anything. ``compute="measured"`` must time every
-contacted worker's real computation first.
+contacted worker's real computation first, and so does a round whose parameters carry
+lag-wk's threshold: the trigger needs every contacted worker's message, and each
+simulated worker keeps the same :class:`~services.worker.lazy.LazyUploader` memory as a
+real one (a skipped result arrives after the link latency, with no payload).
 
 A simulated round's time is ``arrival of the decoding message + decode + overhead``;
 evaluation is excluded, as in the real runner. Where the simulation differs from a
