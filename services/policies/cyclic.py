@@ -53,6 +53,35 @@ class ArrivalBuffer:
         return self._rows[: self.count]
 
 
+def check_code_options(name: str, h: str, tol: float) -> None:
+    """Refuse an unknown H kind or a non-positive residual tolerance."""
+    if h not in H_KINDS:
+        raise ConfigError(f"{name}: h={h!r} is not a known H: choose h in {{{','.join(H_KINDS)}}}")
+    if not tol > 0:
+        raise ConfigError(f"{name}: tol must be positive, got tol={tol}")
+
+
+def cyclic_plan(
+    name: str, s: int, h: str, seed: int, n_workers: int, n_partitions: int
+) -> tuple[CyclicCode, Plan]:
+    """The cyclic code B(n, s) of a job (seeded by the job seed) and its plan.
+
+    Shared by ``cyclic`` and ``lagc``: the same seed gives the same B in both.
+    """
+    check_n(n_workers, n_partitions)
+    check_one_partition_per_worker(name, n_workers, n_partitions)
+    if not 0 <= s < n_workers:
+        top = n_workers - 1
+        raise PlanError(
+            f"{name} needs 0 <= s < n; got s={s}, n={n_workers}: "
+            f"choose s in 0..{top} (s={min(max(s, 0), top)} is the nearest)"
+        )
+    rng = np.random.default_rng([seed, 0x6379636C])  # the job seed, this code's stream
+    code = CyclicCode(n_workers, s, h=h, rng=rng)
+    workers = tuple(WorkerPlan(code.support(i), code.coefficients(i)) for i in range(n_workers))
+    return code, Plan(n_workers, n_partitions, workers)
+
+
 @register
 class CyclicRepetition(Policy):
     name = "cyclic"
@@ -76,12 +105,7 @@ class CyclicRepetition(Policy):
     def __init__(
         self, s: int = 1, h: str = "orthonormal", tol: float = 1e-6, seed: int = 0
     ) -> None:
-        if h not in H_KINDS:
-            raise ConfigError(
-                f"cyclic: h={h!r} is not a known H: choose h in {{{','.join(H_KINDS)}}}"
-            )
-        if not tol > 0:
-            raise ConfigError(f"cyclic: tol must be positive, got tol={tol}")
+        check_code_options(self.name, h, tol)
         self.s = s
         self.h = h
         self.tol = tol
@@ -96,20 +120,8 @@ class CyclicRepetition(Policy):
         self._started = False
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
-        check_n(n_workers, n_partitions)
-        check_one_partition_per_worker(self.name, n_workers, n_partitions)
-        if not 0 <= self.s < n_workers:
-            top = n_workers - 1
-            raise PlanError(
-                f"cyclic needs 0 <= s < n; got s={self.s}, n={n_workers}: "
-                f"choose s in 0..{top} (s={min(max(self.s, 0), top)} is the nearest)"
-            )
-        rng = np.random.default_rng([self.seed, 0x6379636C])  # the job seed, this code's stream
-        self.code = CyclicCode(n_workers, self.s, h=self.h, rng=rng)
-        workers = tuple(
-            WorkerPlan(self.code.support(i), self.code.coefficients(i)) for i in range(n_workers)
-        )
-        return Plan(n_workers, n_partitions, workers)
+        self.code, plan = cyclic_plan(self.name, self.s, self.h, self.seed, n_workers, n_partitions)
+        return plan
 
     def _code(self) -> CyclicCode:
         if self.code is None:

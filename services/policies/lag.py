@@ -37,7 +37,7 @@ from collections import deque
 
 import numpy as np
 
-from services.codes.cyclic import H_KINDS, CyclicCode
+from services.codes.cyclic import CyclicCode
 from services.codes.frc import divisors, frc_groups
 from services.errors import ConfigError, DecodeError, PlanError
 from services.policies.base import (
@@ -50,6 +50,7 @@ from services.policies.base import (
     WorkerPlan,
     check_n,
 )
+from services.policies.cyclic import check_code_options, cyclic_plan
 from services.policies.frc import check_one_partition_per_worker, check_payload, nearest
 from services.policies.registry import register
 from services.worker.lazy import THRESHOLD_PARAM
@@ -173,9 +174,13 @@ class _Lazy(Policy, ABC):
         out: np.ndarray = self._latest.sum(axis=0)
         return out
 
-    def _check_unit_plan(self, n_workers: int, n_partitions: int) -> None:
+    def _plan_one_each(self, n_workers: int, n_partitions: int) -> Plan:
+        """Worker m holds partition m and is its own unit (lag-wk, lag-ps)."""
         check_n(n_workers, n_partitions)
         check_one_partition_per_worker(self.name, n_workers, n_partitions)
+        self._n = self._units = n_workers
+        workers = tuple(WorkerPlan.summing((i,)) for i in range(n_workers))
+        return Plan(n_workers, n_partitions, workers)
 
     def _smoothness_of(self, partition_sets: list[tuple[int, ...]]) -> np.ndarray:
         ctx = self._ctx()
@@ -202,11 +207,7 @@ class LagWK(_Lazy):
     parameters = (_D_PARAM, _xi_param(1.0))
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
-        self._check_unit_plan(n_workers, n_partitions)
-        self._n = self._units = n_workers
-        return Plan(
-            n_workers, n_partitions, tuple(WorkerPlan.summing((i,)) for i in range(n_workers))
-        )
+        return self._plan_one_each(n_workers, n_partitions)
 
     def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
         self._start(t, theta, int(theta.shape[0]))
@@ -249,11 +250,7 @@ class LagPS(_Lazy):
     parameters = (_D_PARAM, _xi_param(10.0))
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
-        self._check_unit_plan(n_workers, n_partitions)
-        self._n = self._units = n_workers
-        return Plan(
-            n_workers, n_partitions, tuple(WorkerPlan.summing((i,)) for i in range(n_workers))
-        )
+        return self._plan_one_each(n_workers, n_partitions)
 
     def bind(self, context: JobContext) -> None:
         super().bind(context)
@@ -391,12 +388,7 @@ class LagCoded(_Lazy):
         seed: int = 0,
     ) -> None:
         super().__init__(D, xi)
-        if h not in H_KINDS:
-            raise ConfigError(
-                f"lagc: h={h!r} is not a known H: choose h in {{{','.join(H_KINDS)}}}"
-            )
-        if not tol > 0:
-            raise ConfigError(f"lagc: tol must be positive, got tol={tol}")
+        check_code_options(self.name, h, tol)
         self.s = s
         self.h = h
         self.tol = tol
@@ -406,22 +398,9 @@ class LagCoded(_Lazy):
         self.last_weights: dict[int, float] = {}
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
-        check_n(n_workers, n_partitions)
-        check_one_partition_per_worker(self.name, n_workers, n_partitions)
-        if not 0 <= self.s < n_workers:
-            top = n_workers - 1
-            raise PlanError(
-                f"lagc needs 0 <= s < n; got s={self.s}, n={n_workers}: choose s in 0..{top} "
-                f"(s={min(max(self.s, 0), top)} is the nearest)"
-            )
-        # The same code stream as the cyclic policy: same seed, same B.
-        rng = np.random.default_rng([self.seed, 0x6379636C])
-        self.code = CyclicCode(n_workers, self.s, h=self.h, rng=rng)
+        self.code, plan = cyclic_plan(self.name, self.s, self.h, self.seed, n_workers, n_partitions)
         self._n = self._units = n_workers
-        workers = tuple(
-            WorkerPlan(self.code.support(i), self.code.coefficients(i)) for i in range(n_workers)
-        )
-        return Plan(n_workers, n_partitions, workers)
+        return plan
 
     def _code(self) -> CyclicCode:
         if self.code is None:
