@@ -394,6 +394,7 @@ class JobRun:
         self.metrics.computations.inc(len(contacted))
         compute_max = 0.0
         uploads = 0
+        cancelled_early = 0
         responses: dict[int, float] = {}
         computes: dict[int, float] = {}
         deadline = sent_at + self.config.round_timeout
@@ -437,13 +438,14 @@ class JobRun:
             responses[event.worker] = event.received - sent_at
             computes[event.worker] = event.result.compute_seconds
             decodable = policy.offer(event.worker, event.payload)
+            if not decodable:
+                superseded = policy.superseded() & outstanding
+                if superseded:
+                    self._cancel(t, superseded)
+                    outstanding -= superseded
+                    cancelled_early += len(superseded)
         decodable_at = time.perf_counter()
-        cancel = pb.CoordinatorMessage(
-            cancel=pb.Cancel(job_id=self.id, round=t)
-        ).SerializeToString()
-        for w in outstanding:
-            self._workers[w].send(cancel)
-        self.metrics.stragglers.labels("cancelled").inc(len(outstanding))
+        self._cancel(t, outstanding)
         try:
             if self._last_decode < INLINE_DECODE_SECONDS:
                 estimate = policy.decode()
@@ -463,11 +465,22 @@ class JobRun:
             bytes_down=bytes_down,
             uploads=uploads,
             computations=len(contacted),
-            cancelled=len(outstanding),
+            cancelled=len(outstanding) + cancelled_early,
             late=self._late,
             responses=responses,
             computes=computes,
         )
+
+    def _cancel(self, t: int, workers: set[int] | frozenset[int]) -> None:
+        """Send Cancel{t} to these workers: their result for round t is not needed."""
+        if not workers:
+            return
+        cancel = pb.CoordinatorMessage(
+            cancel=pb.Cancel(job_id=self.id, round=t)
+        ).SerializeToString()
+        for w in workers:
+            self._workers[w].send(cancel)
+        self.metrics.stragglers.labels("cancelled").inc(len(workers))
 
     def _infeasible_message(self, t: int, policy: Policy) -> str:
         lost = ", ".join(self._workers[w].label for w in sorted(self._lost)) or "none"

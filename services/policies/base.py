@@ -152,6 +152,14 @@ class Policy(ABC):
         The coordinator asks when a worker is lost mid-round; False fails the round.
         """
 
+    def superseded(self) -> frozenset[int]:
+        """Workers contacted this round whose message is no longer needed.
+
+        The coordinator cancels them at once instead of when the round decodes (g-lag:
+        the rest of a group once its first member arrived). Default: none.
+        """
+        return frozenset()
+
     def bind(self, context: JobContext) -> None:  # noqa: B027 - optional hook
         """Called once after :meth:`plan` when the data is loaded (default: nothing)."""
 

@@ -346,6 +346,10 @@ class GroupLag(_Lazy):
             self._used[g] = worker
         return len(self._used) == len(self._selected)
 
+    def superseded(self) -> frozenset[int]:
+        """The other members of every group whose first message arrived."""
+        return frozenset(w for g in self._used for w in self.groups[g] if w not in self._seen)
+
     def decode(self) -> Estimate:
         if len(self._used) < len(self._selected):
             raise DecodeError(

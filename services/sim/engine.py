@@ -222,6 +222,8 @@ class Simulator:
                 if decodable:
                     break
                 w = contacted[int(i)]
+                if w in policy.superseded():
+                    continue  # cancelled before it arrived (g-lag: its group is served)
                 payload = payloads.get(w)
                 if payload is None:
                     payload = self.computers[w].compute(point).payload

@@ -354,3 +354,17 @@ def test_every_lazy_policy_is_listed() -> None:
     from services.policies import names
 
     assert set(LAZY) <= set(names())
+
+
+def test_g_lag_supersedes_the_rest_of_a_group_once_one_member_arrived() -> None:
+    policy = create("g-lag", {"s": 2})
+    policy.plan(6, 6)
+    policy.bind(context())
+    spec = policy.begin_round(0, np.zeros(3))
+    assert spec.workers == (0, 1, 2, 3, 4, 5)
+    assert policy.superseded() == frozenset()
+    assert not policy.offer(4, np.ones(3))
+    assert policy.superseded() == frozenset({3, 5})  # group {3, 4, 5} is served
+    assert policy.offer(0, np.ones(3))
+    assert policy.superseded() == frozenset({1, 2, 3, 5})
+    np.testing.assert_array_equal(policy.decode().gradient, np.full(3, 2.0))
