@@ -48,8 +48,12 @@ POLICIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("cyclic s=1", "cyclic", {"s": 1}),
     ("lagc s=1", "lagc", {"s": 1}),
     ("g-lag s=1", "g-lag", {"s": 1}),
+    # ξ = 1 for the coordinator-side rules: LAG's convergence condition (Σξ_d < 1 with
+    # α = 1/L) holds, where the authors' ξ = 10 does not (see docs/lag.md, stability).
+    ("lag-ps ξ=1", "lag-ps", {"xi": 1.0}),
+    ("g-lag s=1 ξ=1", "g-lag", {"s": 1, "xi": 1.0}),
 )
-COLORS = ("#4d4d4d", "#1f77b4", "#17becf", "#ff7f0e", "#d62728", "#2ca02c")
+COLORS = ("#4d4d4d", "#1f77b4", "#17becf", "#ff7f0e", "#d62728", "#2ca02c", "#9edae5", "#98df8a")
 
 DATASETS = (("kc-house", "least-squares"), ("covtype", "logistic"))
 STRAGGLERS = {
@@ -70,6 +74,10 @@ class Row:
     @property
     def reached(self) -> bool:
         return self.rounds > 0
+
+
+def slug_of(label: str) -> str:
+    return label.replace(" ", "-").replace("ξ", "xi").replace("(", "").replace(")", "")
 
 
 def to_target(label: str, records: tuple[RoundRecord, ...], target: float) -> Row:
@@ -127,7 +135,7 @@ def bars(rows: list[Row], title: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), constrained_layout=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.0), constrained_layout=True)
     labels = [r.label for r in rows]
     x = np.arange(len(rows))
     panels = (
@@ -161,6 +169,9 @@ def loss_plot(
         ups = [u for u, r in zip(ups, records, strict=True) if not math.isnan(r.loss)]
         axes[0].semilogy(t, gap, color=color, label=label)
         axes[1].semilogy(ups, gap, color=color, label=label)
+    start = max(r.loss for _, rec in runs for r in rec[:1]) - best
+    for ax in axes:  # a diverging run would hide the others
+        ax.set_ylim(1e-6 * max(start, 1e-12), 100 * max(start, 1e-12))
     axes[0].set_xlabel("wall-clock time (s)")
     axes[1].set_xlabel("uploads (messages)")
     for ax in axes:
@@ -183,7 +194,7 @@ def simulated_grid(rounds: int, data_dir: str) -> list[str]:
                 started = time.perf_counter()
                 result = Simulator(cfg, cost, data_dir=data_dir).run()
                 write_results(
-                    RAW / f"sim-{dataset}-{sname}-{policy}.json",
+                    RAW / f"sim-{dataset}-{sname}-{slug_of(label)}.json",
                     {**cfg.to_dict(), "job_id": result.job_id},
                     result.records,
                     {},
@@ -247,7 +258,7 @@ def real_run(rounds: int, data_dir: str) -> str:
         cfg = config("kc-house", "least-squares", policy, params, rounds, stragglers)
         result = asyncio.run(run_local(cfg, data_dir=data_dir, startup_timeout=600))
         write_results(
-            RAW / f"real-kc-house-{policy}.json",
+            RAW / f"real-kc-house-{slug_of(label)}.json",
             {**cfg.to_dict(), "job_id": result.job_id},
             result.records,
             {},
