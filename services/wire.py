@@ -8,18 +8,39 @@ chunk numbering, byte count) and raises :class:`WireError` naming it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from google.protobuf.message import Message
 
 from services.errors import WireError
+from services.framing import ALIGN, Path, field_path, serialize
 from services.proto import codedgd_pb2 as pb
 
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
 # Both ends set these explicitly: a chunk plus framing always fits.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 ALLOWED_DTYPES = frozenset({"<f8", "<f4", "<i8", "<i4", "<u4", "<u8", "|u1", "|b1"})
+
+# Where the tensor bytes sit in the stream messages (see services.framing).
+RESULT_DATA = field_path(pb.WorkerMessage, "result.payload.data")
+THETA_DATA = field_path(pb.CoordinatorMessage, "round.theta.data")
+PARTITION_DATA = field_path(pb.CoordinatorMessage, "data.chunk.data")
+WORKER_TENSOR_PATHS = (RESULT_DATA,)
+COORDINATOR_TENSOR_PATHS = (THETA_DATA, PARTITION_DATA)
+PAD_FIELD = pb.TensorChunk.DESCRIPTOR.fields_by_name["pad"].number
+
+
+def framed(envelope: Message, path: Path, data: bytes | memoryview) -> bytes:
+    """``envelope`` serialized with its chunk's ``data`` on ``path``, aligned for the receiver.
+
+    The chunk's other fields must already be set (:meth:`Chunk.fill` with
+    ``with_data=False``); see :mod:`services.framing`.
+    """
+    return serialize(envelope, path, data, pad_field=PAD_FIELD)
+
 
 GRPC_OPTIONS: Sequence[tuple[str, int]] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -45,9 +66,11 @@ def _wire_dtype(array: np.ndarray) -> np.dtype:
 class Chunk:
     """One chunk's fields; :meth:`fill` writes them into a TensorChunk in place.
 
-    Filling a chunk that already sits inside its envelope (``msg.result.payload``)
-    avoids the deep copies protobuf makes when a submessage is passed to a
-    constructor: a result is copied once, into its message.
+    ``data`` is a view of the array that was split (no copy): serialize the chunk
+    (:func:`services.framing.serialize`, or :meth:`fill` then ``SerializeToString``)
+    before that array changes. Filling a chunk that already sits inside its envelope
+    (``msg.result.payload``) avoids the deep copies protobuf makes when a submessage
+    is passed to a constructor.
     """
 
     key: str
@@ -55,15 +78,17 @@ class Chunk:
     count: int
     dtype: str
     shape: tuple[int, ...]
-    data: bytes
+    data: memoryview
 
-    def fill(self, target: pb.TensorChunk) -> None:
+    def fill(self, target: pb.TensorChunk, *, with_data: bool = True) -> None:
+        """Write the fields into ``target``; ``with_data=False`` leaves ``data`` for framing."""
         target.key = self.key
         target.index = self.index
         target.count = self.count
         target.dtype = self.dtype
         target.shape.extend(self.shape)
-        target.data = self.data
+        if with_data:
+            target.data = bytes(self.data)
 
     def message(self) -> pb.TensorChunk:
         out = pb.TensorChunk()
@@ -74,8 +99,8 @@ class Chunk:
 def chunks(key: str, array: np.ndarray, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Chunk]:
     """Split ``array`` into chunks (at least one, even when empty), little-endian.
 
-    The array's buffer is sliced through a memoryview, so each byte is copied
-    once, into its chunk.
+    The chunks' data are memoryview slices of the (little-endian, contiguous) array:
+    nothing is copied until a chunk is serialized.
     """
     dt = _wire_dtype(array)
     contiguous = np.ascontiguousarray(array, dtype=dt)
@@ -85,8 +110,7 @@ def chunks(key: str, array: np.ndarray, chunk_bytes: int = DEFAULT_CHUNK_BYTES) 
     count = max(1, -(-nbytes // step))
     shape = tuple(int(d) for d in array.shape)
     for index in range(count):
-        data = bytes(view[index * step : (index + 1) * step])
-        yield Chunk(key, index, count, dt.str, shape, data)
+        yield Chunk(key, index, count, dt.str, shape, view[index * step : (index + 1) * step])
 
 
 def tensor_chunks(
@@ -106,8 +130,43 @@ def to_array(chunk: pb.TensorChunk) -> np.ndarray:
     return out
 
 
+class BufferPool:
+    """Byte buffers reused across rounds for assembling chunked tensors.
+
+    A fresh multi-MiB buffer every round costs a page fault per 4 KiB page, more
+    than the copy into it. A buffer is handed out again only when nothing but the
+    pool refers to it: a payload a policy keeps (LAG's latest gradients, a code's
+    stored results), θ still read by a cancelled computation, or any array viewing
+    the buffer keeps it out of the pool. At most ``limit`` buffers are kept.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._buffers: list[np.ndarray] = []
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """An uninitialised uint8 buffer of ``nbytes`` no one else holds."""
+        for buffer in self._buffers:
+            # References: the list, this loop variable, getrefcount's argument.
+            if buffer.nbytes == nbytes and sys.getrefcount(buffer) == 3:
+                return buffer
+        buffer = np.empty(nbytes, dtype=np.uint8)
+        if len(self._buffers) < self.limit:
+            self._buffers.append(buffer)
+        return buffer
+
+    def __len__(self) -> int:
+        return len(self._buffers)
+
+
 class Assembler:
-    """Collects the chunks of one tensor, in order, and checks them."""
+    """Collects the chunks of one tensor, in order, and checks them.
+
+    A single-chunk tensor is returned as a read-only view of the chunk's bytes (no
+    copy) when they are 16-byte aligned, as codedgd's senders arrange; the chunks of
+    a larger one are copied once, into an uninitialised buffer of the tensor's size
+    (from ``pool`` when given, so rounds reuse buffers).
+    """
 
     def __init__(
         self,
@@ -116,20 +175,29 @@ class Assembler:
         dtype: str | None = None,
         shape: tuple[int, ...] | None = None,
         max_bytes: int = 8 * 1024**3,
+        pool: BufferPool | None = None,
     ) -> None:
         self.key = key
+        self._pool = pool
         self._dtype = dtype
         self._shape = shape
         self._max_bytes = max_bytes
-        self._parts: list[bytes] = []
-        self._buffer: bytearray | None = None
+        self._single: bytes | memoryview | None = None
+        self._buffer: np.ndarray | None = None
         self._filled = 0
         self._received = 0
         self._count = 0
+        self._nbytes = 0
         self._first: pb.TensorChunk | None = None
 
-    def add(self, chunk: pb.TensorChunk) -> np.ndarray | None:
-        """Add the next chunk; return the array once the last chunk arrived."""
+    def add(
+        self, chunk: pb.TensorChunk, data: bytes | memoryview | None = None
+    ) -> np.ndarray | None:
+        """Add the next chunk; return the array once the last chunk arrived.
+
+        ``data`` is the chunk's bytes when they travelled outside the parsed message
+        (:func:`services.framing.parse`); otherwise ``chunk.data`` is used.
+        """
         if chunk.key != self.key:
             raise WireError(f"expected a chunk of tensor {self.key!r}, got {chunk.key!r}")
         if self._first is None:
@@ -147,18 +215,24 @@ class Assembler:
         ):
             raise WireError(f"tensor {self.key!r}: chunk {chunk.index} disagrees with chunk 0")
         self._received += 1
-        data = chunk.data
+        if data is None:
+            data = chunk.data
         if self._count == 1:
-            self._parts.append(data)  # the common case: no copy at all
+            self._single = data  # the common case: no copy at all
+            self._filled = len(data)
         else:
             end = self._filled + len(data)
-            if self._buffer is None:
-                self._buffer = bytearray(self._nbytes)
             if end > self._nbytes:
                 raise WireError(
                     f"tensor {self.key!r}: more than the {self._nbytes} bytes of its shape"
                 )
-            self._buffer[self._filled : end] = data
+            if self._buffer is None:
+                self._buffer = (
+                    self._pool.take(self._nbytes)
+                    if self._pool is not None
+                    else np.empty(self._nbytes, dtype=np.uint8)
+                )
+            self._buffer[self._filled : end] = np.frombuffer(data, dtype=np.uint8)
             self._filled = end
         if self._received < self._count:
             return None
@@ -194,16 +268,26 @@ class Assembler:
     def _finish(self) -> np.ndarray:
         first = self._first
         assert first is not None
-        data: bytes | bytearray = (
-            self._parts[0]
-            if self._count == 1
-            else (self._buffer if self._buffer is not None else b"")
-        )
-        size = len(data) if self._count == 1 else self._filled
-        if size != self._nbytes:
+        if self._filled != self._nbytes:
             raise WireError(
-                f"tensor {self.key!r}: {size} bytes for shape {tuple(first.shape)} "
+                f"tensor {self.key!r}: {self._filled} bytes for shape {tuple(first.shape)} "
                 f"of {first.dtype} ({self._nbytes} bytes expected)"
             )
         shape = tuple(int(d) for d in first.shape)
-        return np.frombuffer(data, dtype=np.dtype(first.dtype)).reshape(shape)
+        data: bytes | memoryview | np.ndarray = (
+            self._single if self._single is not None else self._buffer_or_empty()
+        )
+        dtype = np.dtype(first.dtype)
+        array = (
+            data.view(dtype).reshape(shape)
+            if isinstance(data, np.ndarray)
+            else np.frombuffer(data, dtype=dtype).reshape(shape)
+        )
+        if array.ctypes.data % ALIGN:
+            # Bytes that were not aligned in their frame (a sender that does not pad):
+            # numpy and BLAS take other code paths on such arrays, with other rounding.
+            array = array.copy()
+        return array
+
+    def _buffer_or_empty(self) -> np.ndarray:
+        return self._buffer if self._buffer is not None else np.empty(0, dtype=np.uint8)

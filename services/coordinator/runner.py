@@ -40,7 +40,16 @@ from services.models.base import Model
 from services.policies.base import Estimate, JobContext, Plan, Policy
 from services.proto import codedgd_pb2 as pb
 from services.reports import RoundRecord
-from services.wire import DEFAULT_CHUNK_BYTES, Assembler, chunks, tensor_chunks
+from services.wire import (
+    DEFAULT_CHUNK_BYTES,
+    PARTITION_DATA,
+    THETA_DATA,
+    Assembler,
+    BufferPool,
+    chunks,
+    framed,
+    tensor_chunks,
+)
 
 log = logging.getLogger("codedgd.coordinator")
 
@@ -128,11 +137,22 @@ class JobRun:
     _bytes_up: int = 0
     _acks: dict[int, asyncio.Future[str]] = field(default_factory=dict)
     _last_decode: float = math.inf
+    _pool: BufferPool = field(default_factory=lambda: BufferPool(0))
 
     # ------------------------------------------------------------ events from sessions
 
-    def deliver(self, session: WorkerSession, result: pb.Result, nbytes: int) -> None:
-        """A Result message from a worker of this job (called by the stream reader)."""
+    def deliver(
+        self,
+        session: WorkerSession,
+        result: pb.Result,
+        nbytes: int,
+        data: memoryview | None = None,
+    ) -> None:
+        """A Result message from a worker of this job (called by the stream reader).
+
+        ``data`` is the payload chunk's bytes when they were kept out of ``result``
+        (:func:`services.framing.parse`).
+        """
         worker = session.index
         self._bytes_up += nbytes
         self.metrics.gradient_bytes.labels("up").inc(nbytes)
@@ -152,11 +172,16 @@ class JobRun:
         if partial is None or partial.round != result.round or result.payload.index == 0:
             partial = _Partial(
                 int(result.round),
-                Assembler("gradient", dtype="<f8", shape=(self._payload_len[worker],)),
+                Assembler(
+                    "gradient",
+                    dtype="<f8",
+                    shape=(self._payload_len[worker],),
+                    pool=self._pool,
+                ),
                 result,
             )
             self._partials[worker] = partial
-        payload = partial.assembler.add(result.payload)  # raises WireError on a bad message
+        payload = partial.assembler.add(result.payload, data)  # WireError on a bad message
         if payload is not None:
             del self._partials[worker]
             self._events.put_nowait(_Arrival(worker, partial.first, payload, time.perf_counter()))
@@ -238,6 +263,8 @@ class JobRun:
         plan = prepared.plan
         dim = prepared.dataset.dim
         self._payload_len = [plan.payload_length(i, dim) for i in range(n)]
+        # One round's results, plus as many held by the policy (lazy rules keep n).
+        self._pool = BufferPool(2 * n + 2)
         job_json = self.config.to_json()
         loop = asyncio.get_running_loop()
         for index, session in enumerate(self._workers):
@@ -280,7 +307,7 @@ class JobRun:
                 )
                 for message in messages:
                     session.send(message)
-                    self.metrics.assignment_bytes.inc(message.ByteSize())
+                    self.metrics.assignment_bytes.inc(len(message))
                     await asyncio.sleep(0)
             session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.id)))
         for index, future in self._acks.items():
@@ -382,8 +409,8 @@ class JobRun:
             start.round = t
             if c.index == 0:
                 start.params.update(spec.params)
-            c.fill(start.theta)
-            frames.append(message.SerializeToString())
+            c.fill(start.theta, with_data=False)
+            frames.append(framed(message, THETA_DATA, c.data))
         frame_bytes = sum(len(f) for f in frames)
         sent_at = time.perf_counter()
         for w in contacted:
@@ -554,7 +581,8 @@ def _evaluate(
 
 def _partition_messages(
     job_id: str, partition: int, X: Matrix, y: np.ndarray, chunk_bytes: int
-) -> list[pb.CoordinatorMessage]:
+) -> list[bytes]:
+    """A partition's rows as serialized PartitionData frames."""
     import scipy.sparse as sp
 
     tensors: list[tuple[str, np.ndarray]] = [("y", np.asarray(y, dtype=np.float64))]
@@ -574,6 +602,6 @@ def _partition_messages(
             message = pb.CoordinatorMessage()
             message.data.job_id = job_id
             message.data.partition = partition
-            c.fill(message.data.chunk)
-            messages.append(message)
+            c.fill(message.data.chunk, with_data=False)
+            messages.append(framed(message, PARTITION_DATA, c.data))
     return messages

@@ -22,9 +22,11 @@ from prometheus_client import start_http_server
 
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.service import CoordinatorService
+from services.errors import WireError
+from services.framing import Frame, parse
 from services.proto import codedgd_pb2 as pb
 from services.security import Security
-from services.wire import SERVER_OPTIONS
+from services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
 
 log = logging.getLogger("codedgd.coordinator")
 SERVICE_NAME = "codedgd.v1.Coordinator"
@@ -34,9 +36,16 @@ def _serialize(message: Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
-def _sized_worker_message(data: bytes) -> tuple[pb.WorkerMessage, int]:
-    """Parse a worker message and keep its size on the wire (for the traffic counters)."""
-    return pb.WorkerMessage.FromString(data), len(data)
+def _worker_frame(data: bytes) -> Frame[pb.WorkerMessage] | WireError:
+    """Parse a worker message; a result's gradient bytes stay a view of ``data``.
+
+    A frame that is not protobuf is handed on as its error, so the stream's reader
+    rejects the worker with the reason instead of gRPC ending the call opaquely.
+    """
+    try:
+        return parse(pb.WorkerMessage, data, WORKER_TENSOR_PATHS)
+    except WireError as exc:
+        return exc
 
 
 def _handlers(service: CoordinatorService) -> grpc.GenericRpcHandler:
@@ -45,7 +54,7 @@ def _handlers(service: CoordinatorService) -> grpc.GenericRpcHandler:
         {
             "Connect": grpc.stream_stream_rpc_method_handler(
                 service.Connect,
-                request_deserializer=_sized_worker_message,
+                request_deserializer=_worker_frame,
                 response_serializer=_serialize,
             ),
             "SubmitJob": grpc.unary_unary_rpc_method_handler(

@@ -22,6 +22,7 @@ from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.runner import JobRun
 from services.coordinator.sessions import Sessions, WorkerSession
 from services.errors import CodedGDError, WireError
+from services.framing import Frame
 from services.job import JobConfig
 from services.proto import codedgd_pb2 as pb
 
@@ -30,7 +31,7 @@ PROTOCOL = "codedgd.v1"
 VERSION = "0.1.0"
 HELLO_TIMEOUT = 10.0
 MAX_KEPT_JOBS = 50
-SizedMessage = tuple[pb.WorkerMessage, int]
+Incoming = Frame[pb.WorkerMessage] | WireError  # see server._worker_frame
 
 
 class CoordinatorService:
@@ -133,13 +134,17 @@ class CoordinatorService:
     # ------------------------------------------------------------ workers
 
     async def Connect(
-        self, requests: AsyncIterator[SizedMessage], context: aio.ServicerContext
+        self, requests: AsyncIterator[Incoming], context: aio.ServicerContext
     ) -> AsyncIterator[pb.CoordinatorMessage | bytes]:
-        """A worker's stream; requests arrive as (message, bytes on the wire)."""
+        """A worker's stream; requests arrive as parsed frames (message, tensor bytes, size)."""
         try:
-            first, _ = await asyncio.wait_for(anext(requests), timeout=HELLO_TIMEOUT)
+            frame = await asyncio.wait_for(anext(requests), timeout=HELLO_TIMEOUT)
         except (StopAsyncIteration, TimeoutError):
             return
+        if isinstance(frame, WireError):
+            yield pb.CoordinatorMessage(reject=pb.Reject(reason=f"bad message: {frame}"))
+            return
+        first = frame.message
         if first.WhichOneof("kind") != "hello" or first.hello.protocol != PROTOCOL:
             got = first.hello.protocol if first.HasField("hello") else first.WhichOneof("kind")
             yield pb.CoordinatorMessage(
@@ -181,16 +186,19 @@ class CoordinatorService:
                 job.lose(session, "disconnected")
             log.info("worker %s disconnected (%d connected)", session.name, len(self.sessions))
 
-    async def _read(self, session: WorkerSession, requests: AsyncIterator[SizedMessage]) -> None:
+    async def _read(self, session: WorkerSession, requests: AsyncIterator[Incoming]) -> None:
         try:
-            async for message, size in requests:
+            async for frame in requests:
+                if isinstance(frame, WireError):
+                    raise frame
                 session.last_seen = time.monotonic()
+                message = frame.message
                 kind = message.WhichOneof("kind")
                 job = self._job_of(session)
                 if kind == "result":
                     if job is None or message.result.job_id != job.id:
                         continue  # a result of a finished job: nothing to do with it
-                    job.deliver(session, message.result, size)
+                    job.deliver(session, message.result, frame.size, frame.data)
                 elif kind == "ack" and job is not None:
                     job.ack(session, message.ack)
                 elif kind == "error" and job is not None:

@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TensorChunk(_message.Message):
-    __slots__ = ("key", "index", "count", "dtype", "shape", "data")
+    __slots__ = ("key", "index", "count", "dtype", "shape", "data", "pad")
     KEY_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    PAD_FIELD_NUMBER: _ClassVar[int]
     key: str
     index: int
     count: int
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     data: bytes
-    def __init__(self, key: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    pad: bytes
+    def __init__(self, key: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., pad: _Optional[bytes] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("name", "protocol", "has_data_dir")

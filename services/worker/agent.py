@@ -29,20 +29,43 @@ import numpy as np
 import scipy.sparse as sp
 
 from services.errors import CodedGDError, DataError, WireError
+from services.framing import Frame, parse
 from services.job import JobConfig
 from services.proto import codedgd_pb2 as pb
-from services.proto import codedgd_pb2_grpc as pb_grpc
 from services.security import Security
 from services.stragglers.base import StragglerModel
-from services.wire import GRPC_OPTIONS, Assembler, chunks, to_array
+from services.wire import (
+    COORDINATOR_TENSOR_PATHS,
+    GRPC_OPTIONS,
+    RESULT_DATA,
+    Assembler,
+    BufferPool,
+    chunks,
+    framed,
+    to_array,
+)
 from services.worker.compute import Cancelled, Computer, PartitionRows
 from services.worker.lazy import LazyUploader
 
 log = logging.getLogger("codedgd.worker")
 PROTOCOL = "codedgd.v1"
+CONNECT_METHOD = "/codedgd.v1.Coordinator/Connect"
 # A computation that took less than this last round runs on the event loop: the
 # thread hand-off would cost more than it saves, and it is too short to delay a Cancel.
 INLINE_COMPUTE_SECONDS = 0.002
+
+
+def _serialize(message: pb.WorkerMessage | bytes) -> bytes:
+    """Results are framed by hand (services.framing); other messages by protobuf."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def _coordinator_frame(data: bytes) -> Frame[pb.CoordinatorMessage] | WireError:
+    """Parse a coordinator message; θ and partition bytes stay views of ``data``."""
+    try:
+        return parse(pb.CoordinatorMessage, data, COORDINATOR_TENSOR_PATHS)
+    except WireError as exc:
+        return exc
 
 
 class Rejected(CodedGDError):
@@ -82,6 +105,8 @@ class _Job:
     task_round: int = -1
     cancel_event: threading.Event = field(default_factory=threading.Event)
     lazy: LazyUploader = field(default_factory=LazyUploader)
+    # θ of this round, of a cancelled round still being computed, one spare.
+    theta_pool: BufferPool = field(default_factory=lambda: BufferPool(3))
 
 
 class WorkerAgent:
@@ -91,7 +116,7 @@ class WorkerAgent:
         self.options = options
         self._stop = asyncio.Event()
         self._job: _Job | None = None
-        self._out: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        self._out: asyncio.Queue[pb.WorkerMessage | bytes | None] = asyncio.Queue()
         self.rounds_computed = 0
         self.rounds_cancelled = 0
         self.compute_seconds_total = 0.0
@@ -153,11 +178,18 @@ class WorkerAgent:
         channel = self.options.security.channel(self.options.coordinator, options=GRPC_OPTIONS)
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            stub = pb_grpc.CoordinatorStub(channel)
-            call = stub.Connect(self._requests(), metadata=self.options.security.metadata())
-            async for message in call:
+            connect = channel.stream_stream(
+                CONNECT_METHOD,
+                request_serializer=_serialize,
+                response_deserializer=_coordinator_frame,
+            )
+            call = connect(self._requests(), metadata=self.options.security.metadata())
+            async for frame in call:
+                if isinstance(frame, WireError):
+                    log.error("dropping the connection: the coordinator sent %s", frame)
+                    break
                 self.connected = True
-                if not await self._handle(message):
+                if not await self._handle(frame.message, frame.data):
                     break
         finally:
             self.connected = False
@@ -165,7 +197,7 @@ class WorkerAgent:
             self._drop_job()
             await channel.close(grace=None)
 
-    async def _requests(self) -> AsyncIterator[pb.WorkerMessage]:
+    async def _requests(self) -> AsyncIterator[pb.WorkerMessage | bytes]:
         while True:
             message = await self._out.get()
             if message is None:
@@ -179,7 +211,8 @@ class WorkerAgent:
 
     # ------------------------------------------------------------ messages
 
-    async def _handle(self, message: pb.CoordinatorMessage) -> bool:
+    async def _handle(self, message: pb.CoordinatorMessage, data: memoryview | None) -> bool:
+        """React to one message; ``data`` is its tensor chunk's bytes (see services.framing)."""
         kind = message.WhichOneof("kind")
         if kind == "welcome":
             log.info("connected to %s as %s", self.options.coordinator, message.welcome.worker_name)
@@ -188,11 +221,11 @@ class WorkerAgent:
         elif kind == "assignment":
             self._start_job(message.assignment)
         elif kind == "data":
-            self._add_data(message.data)
+            self._add_data(message.data, data)
         elif kind == "assignment_end":
             await self._finish_assignment(message.assignment_end.job_id)
         elif kind == "round":
-            self._round_chunk(message.round)
+            self._round_chunk(message.round, data)
         elif kind == "cancel":
             self._cancel(message.cancel.job_id, message.cancel.round)
         elif kind == "job_end":
@@ -210,14 +243,14 @@ class WorkerAgent:
         config = JobConfig.from_json(assignment.job_json)
         self._job = _Job(assignment.job_id, assignment, config)
 
-    def _add_data(self, data: pb.PartitionData) -> None:
+    def _add_data(self, data: pb.PartitionData, raw: memoryview | None) -> None:
         job = self._job
         if job is None or data.job_id != job.job_id:
             return
         key = (data.partition, data.chunk.key)
         asm = job.pieces.setdefault(key, Assembler(data.chunk.key))
         try:
-            array = asm.add(data.chunk)
+            array = asm.add(data.chunk, raw)
         except WireError as exc:
             self._error(job.job_id, 0, f"bad partition data: {exc}")
             return
@@ -322,18 +355,18 @@ class WorkerAgent:
 
     # ------------------------------------------------------------ rounds
 
-    def _round_chunk(self, start: pb.RoundStart) -> None:
+    def _round_chunk(self, start: pb.RoundStart, data: memoryview | None) -> None:
         job = self._job
         if job is None or start.job_id != job.job_id or job.computer is None:
             return
         if start.theta.index == 0:
-            job.theta = Assembler("theta", dtype="<f8")
+            job.theta = Assembler("theta", dtype="<f8", pool=job.theta_pool)
             job.theta_round = int(start.round)
             job.theta_params = dict(start.params)
         if job.theta is None or job.theta_round != start.round:
             return  # a stray chunk of an abandoned round
         try:
-            theta = job.theta.add(start.theta)
+            theta = job.theta.add(start.theta, data)
         except WireError as exc:
             self._error(job.job_id, int(start.round), str(exc))
             job.theta = None
@@ -408,8 +441,8 @@ class WorkerAgent:
             if c.index == 0:
                 out.compute_seconds = result.seconds
                 out.delay_seconds = delay
-            c.fill(out.payload)  # in place: no copy of a nested message
-            self._out.put_nowait(message)
+            c.fill(out.payload, with_data=False)
+            self._out.put_nowait(framed(message, RESULT_DATA, c.data))  # one copy
 
     def _cancel(self, job_id: str, round_: int) -> None:
         job = self._job

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
 from grpc import aio
 
 from services.proto import codedgd_pb2 as pb
-from services.proto import codedgd_pb2_grpc as pb_grpc
 from services.wire import Assembler, tensor_chunks
 
-# Given the round number and θ, return the Result messages to send (or none).
-Behaviour = Callable[[int, np.ndarray, pb.Assignment], list[pb.Result]]
+# Given the round number and θ, return the Result messages to send (or none); bytes
+# are sent as they are, as a frame that need not be protobuf at all.
+Behaviour = Callable[[int, np.ndarray, pb.Assignment], Sequence[pb.Result | bytes]]
 
 
 class FakeWorker:
@@ -28,7 +28,7 @@ class FakeWorker:
         self.behaviour = behaviour
         self.name = name
         self.metadata = metadata
-        self.out: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        self.out: asyncio.Queue[pb.WorkerMessage | bytes | None] = asyncio.Queue()
         self.received: list[pb.CoordinatorMessage] = []
         self.rejected: str | None = None
         self.assignment: pb.Assignment | None = None
@@ -44,7 +44,7 @@ class FakeWorker:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
 
-    async def _requests(self) -> AsyncIterator[pb.WorkerMessage]:
+    async def _requests(self) -> AsyncIterator[pb.WorkerMessage | bytes]:
         yield pb.WorkerMessage(hello=pb.Hello(name=self.name, protocol="codedgd.v1"))
         while True:
             m = await self.out.get()
@@ -56,9 +56,13 @@ class FakeWorker:
         theta: Assembler | None = None
         rnd = -1
         async with aio.insecure_channel(f"127.0.0.1:{self.port}") as ch:
-            stub = pb_grpc.CoordinatorStub(ch)
+            connect = ch.stream_stream(
+                "/codedgd.v1.Coordinator/Connect",
+                request_serializer=_serialize,
+                response_deserializer=pb.CoordinatorMessage.FromString,  # plain protobuf
+            )
             try:
-                async for msg in stub.Connect(self._requests(), metadata=self.metadata):
+                async for msg in connect(self._requests(), metadata=self.metadata):
                     self.received.append(msg)
                     kind = msg.WhichOneof("kind")
                     if kind == "reject":
@@ -80,9 +84,15 @@ class FakeWorker:
                         value = theta.add(msg.round.theta)
                         if value is not None and self.assignment is not None:
                             for r in self.behaviour(rnd, value, self.assignment):
-                                self.out.put_nowait(pb.WorkerMessage(result=r))
+                                self.out.put_nowait(
+                                    r if isinstance(r, bytes) else pb.WorkerMessage(result=r)
+                                )
             except aio.AioRpcError as exc:
                 self.error = exc
+
+
+def _serialize(message: pb.WorkerMessage | bytes) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def result(job_id: str, round_: int, vector: np.ndarray) -> list[pb.Result]:

@@ -102,21 +102,32 @@ async def test_late_result_of_an_old_round_is_dropped(
     assert all(np.isfinite(r.loss) and r.loss < 1.0 for r in job.records)
 
 
+def _shape(a: pb.Assignment, round_: int, theta: np.ndarray) -> list[pb.Result | bytes]:
+    return list(result(a.job_id, round_, np.zeros(theta.shape[0] - 1)))
+
+
+def _dtype(a: pb.Assignment, round_: int, theta: np.ndarray) -> list[pb.Result | bytes]:
+    return list(result(a.job_id, round_, np.zeros(theta.shape[0], dtype=np.float32)))
+
+
+def _garbage(a: pb.Assignment, round_: int, theta: np.ndarray) -> list[pb.Result | bytes]:
+    # A result field whose length runs past the end of the frame: not protobuf.
+    return [b"\x1a\x7f\x0a\x03abc"]
+
+
 @pytest.mark.parametrize(
-    "mutate,reason",
-    [
-        (lambda g: g[:-1], "shape"),
-        (lambda g: g.astype(np.float32), "dtype"),
-    ],
+    "make,reason",
+    [(_shape, "shape"), (_dtype, "dtype"), (_garbage, "malformed WorkerMessage frame")],
+    ids=["shape", "dtype", "not-protobuf"],
 )
 async def test_malformed_gradient_is_rejected_and_job_fails_clearly(
     coordinator: CoordinatorServer,
     worker_processes: WorkerProcesses,
-    mutate: object,
+    make: object,
     reason: str,
 ) -> None:
-    def bad(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
-        return result(a.job_id, round_, mutate(np.zeros(theta.shape[0])))  # type: ignore[operator]
+    def bad(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result | bytes]:
+        return make(a, round_, theta)  # type: ignore[operator, no-any-return]
 
     fake = FakeWorker(coordinator.port, bad)
     fake.start()
