@@ -81,22 +81,33 @@ def serialize(
     """
     head = envelope.SerializeToString()
     data_tag = _varint((path[-1] << 3) | _LEN) + _varint(len(data))
-    pads: list[int | None] = [None]
+    filler = b""
+    tags = _tags(path[:-1], len(data_tag) + len(data))
     if pad_field is not None:
-        pads += list(range(4 * align))
-    for pad in pads:
-        filler = b"" if pad is None else _varint(((pad_field or 0) << 3) | _LEN) + _varint(pad)
-        filler += b"\0" * (pad or 0)
-        inner = len(filler) + len(data_tag) + len(data)
-        tags: list[bytes] = []
-        for number in reversed(path[:-1]):
-            tag = _varint((number << 3) | _LEN) + _varint(inner)
-            tags.append(tag)
-            inner += len(tag)
-        offset = len(head) + sum(len(t) for t in tags) + len(filler) + len(data_tag)
-        if pad_field is None or offset % align == 0:
-            break
-    return b"".join([head, *reversed(tags), filler, data_tag, data])
+        pad_tag = _varint((pad_field << 3) | _LEN)
+        offset = len(head) + sum(map(len, tags)) + len(data_tag)
+        pad = 0
+        # Growing the filler can lengthen an enclosing length prefix by a byte, at
+        # most once per level; the next pass accounts for it, so this settles.
+        for _ in range(len(path) + 2):
+            filler = pad_tag + _varint(pad) + b"\0" * pad
+            tags = _tags(path[:-1], len(filler) + len(data_tag) + len(data))
+            offset = len(head) + sum(map(len, tags)) + len(filler) + len(data_tag)
+            if offset % align == 0:
+                break
+            pad += -offset % align
+    return b"".join([head, *tags, filler, data_tag, data])
+
+
+def _tags(numbers: Path, inner: int) -> list[bytes]:
+    """Tag and length prefix of each enclosing field, outermost first, around ``inner`` bytes."""
+    tags: list[bytes] = []
+    for number in reversed(numbers):
+        tag = _varint((number << 3) | _LEN) + _varint(inner)
+        tags.append(tag)
+        inner += len(tag)
+    tags.reverse()
+    return tags
 
 
 def parse(cls: type[M], buffer: bytes, paths: Sequence[Path]) -> Frame[M]:
@@ -163,6 +174,9 @@ def _first_field(view: memoryview) -> int:
 
 
 def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
+    byte = view[pos]  # IndexError past the end: a truncated frame
+    if byte < 0x80:  # tags and short lengths: one byte
+        return byte, pos + 1
     value = shift = 0
     while True:
         byte = view[pos]  # IndexError past the end: a truncated frame

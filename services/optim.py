@@ -195,6 +195,20 @@ class Optimizer:
         self._x, self._y = x, y
 
 
+def objective_gradient(
+    gradient_sum: np.ndarray, n_rows: int, l2: float, point: np.ndarray
+) -> np.ndarray:
+    """∇F at ``point`` for F = (1/N)Σℓ + (λ/2)‖θ‖², from the decoded sum of data gradients.
+
+    The coordinator and the simulator both step with this, so their θ agree bit
+    for bit. One allocation; the L2 term only when λ ≠ 0.
+    """
+    grad: np.ndarray = np.divide(gradient_sum, n_rows)
+    if l2:
+        grad += l2 * point
+    return grad
+
+
 def create_optimizer(
     options: Mapping[str, Any], theta0: np.ndarray, *, smoothness: float | None = None
 ) -> Optimizer:

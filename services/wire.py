@@ -8,6 +8,7 @@ chunk numbering, byte count) and raises :class:`WireError` naming it.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -251,7 +252,7 @@ class Assembler:
             raise WireError(f"tensor {self.key!r}: negative dimension in shape {shape}")
         if self._shape is not None and shape != self._shape:
             raise WireError(f"tensor {self.key!r}: shape {shape}, expected {self._shape}")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(chunk.dtype).itemsize
+        nbytes = math.prod(shape) * np.dtype(chunk.dtype).itemsize
         if nbytes > self._max_bytes:
             raise WireError(
                 f"tensor {self.key!r}: {nbytes} bytes exceeds the limit {self._max_bytes}"

@@ -69,7 +69,7 @@ def test_serialize_equals_protobuf_with_the_field_set(n_bytes: int, pad: bool) -
 
 
 @pytest.mark.parametrize("job_id", ["", "j", "x" * 200], ids=["empty", "short", "long"])
-@pytest.mark.parametrize("n_bytes", [0, 8, 136, 4096, 1 << 20])
+@pytest.mark.parametrize("n_bytes", [0, 8, 120, 128, 136, 4096, 16376, 16384, 1 << 20])
 def test_framed_data_starts_aligned_and_is_read_in_place(job_id: str, n_bytes: int) -> None:
     data = np.arange(n_bytes // 8, dtype="<f8").tobytes()
     frame = framed(_result(job_id, 3, b"", n_bytes // 8), RESULT_DATA, data)

@@ -320,7 +320,7 @@ class JobRun:
 
     async def _rounds(self, prepared: Prepared) -> None:
         from services.models import objective
-        from services.optim import create_optimizer
+        from services.optim import create_optimizer, objective_gradient
 
         cfg = self.config
         ds, model, policy = prepared.dataset, prepared.model, prepared.policy
@@ -345,8 +345,7 @@ class JobRun:
             round_start = time.perf_counter()
             out = await self._one_round(t, point, policy)
             estimate = out.estimate
-            grad = estimate.gradient / n_rows + model.l2 * point
-            optimizer.update(grad)
+            optimizer.update(objective_gradient(estimate.gradient, n_rows, model.l2, point))
             round_s = time.perf_counter() - round_start
             wall += round_s
             self.theta = optimizer.theta
@@ -424,14 +423,15 @@ class JobRun:
         cancelled_early = 0
         responses: dict[int, float] = {}
         computes: dict[int, float] = {}
-        deadline = sent_at + self.config.round_timeout
         # Decodable before any arrival: no one contacted, or (lazy policies) enough stale
         # messages count already.
         decodable = policy.feasible(frozenset())
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + self.config.round_timeout
         while not decodable:
-            remaining = deadline - time.perf_counter()
             try:
-                event = await asyncio.wait_for(self._events.get(), timeout=max(remaining, 0.0))
+                async with asyncio.timeout_at(deadline_at):
+                    event = await self._events.get()
             except TimeoutError:
                 raise JobFailed(
                     f"round {t} was not decodable within job.round_timeout="

@@ -60,7 +60,8 @@ class Uncoded(_OnePartitionEach):
     def decode(self) -> Estimate:
         if self._sum is None or len(self._arrived) < self._n:
             raise DecodeError(f"uncoded: {len(self._arrived)} of {self._n} workers arrived")
-        return Estimate(self._sum.copy(), tuple(self._arrived), exact=True)
+        # begin_round starts a fresh sum, so this one is the caller's from now on.
+        return Estimate(self._sum, tuple(self._arrived), exact=True)
 
     def feasible(self, outstanding: frozenset[int]) -> bool:
         missing = set(range(self._n)) - set(self._arrived)

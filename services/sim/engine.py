@@ -161,7 +161,7 @@ class Simulator:
         on_round: RoundCallback | None = None,
     ) -> SimulationResult:
         from services.models import objective
-        from services.optim import create_optimizer
+        from services.optim import create_optimizer, objective_gradient
 
         started = time.perf_counter()
         cfg, prepared, cost = self.config, self.prepared, self.cost
@@ -260,8 +260,7 @@ class Simulator:
                 raise JobFailed(f"round {t}: decoding failed: {exc}") from None
             measured_decode = time.perf_counter() - decode_start
             decode_s = cost.decode_seconds if cost.decode_seconds is not None else measured_decode
-            grad = estimate.gradient / n_rows + model.l2 * point
-            optimizer.update(grad)
+            optimizer.update(objective_gradient(estimate.gradient, n_rows, model.l2, point))
             round_s = wait + decode_s + cost.round_overhead_seconds
             wall += round_s
             loss = metric = math.nan
