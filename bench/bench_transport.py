@@ -5,10 +5,13 @@ a round is the broadcast of θ (ℓ float64) to n worker processes, n gradient
 messages of ℓ float64 back, decoding and the step. The baseline
 (bench/raw_grpc.py) moves the same bytes in the same pattern (same chunk size,
 same message limits) with no protobuf and no checks. Both run in this process
-with worker OS processes, alternately, in the same run.
+with worker OS processes, alternately (raw, codedgd, raw, codedgd, ...), in the
+same run; each cell reports the median over ``--repeats`` of each, and rounds
+scale with 1/ℓ so every measurement lasts about as long. Both programs run with
+the same malloc settings (``--allocator``).
 
-    python bench/bench_transport.py                 # n = 4, 8, 16; ℓ = 1e5, 1e6, 4e6
-    python bench/bench_transport.py --n 4 --dim 100000 --rounds 20
+    python -m bench.bench_transport                 # n = 4, 8, 16; ℓ = 1e5, 1e6, 4e6
+    python -m bench.bench_transport --n 4 --dim 100000 --repeats 5
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import sys
 from pathlib import Path
 
 from bench import raw_grpc
+from services import allocator
+from services.allocator import keep_freed_memory
 from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
 
@@ -98,19 +103,38 @@ async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--n", type=int, nargs="+", default=[4, 8, 16])
     p.add_argument("--dim", type=int, nargs="+", default=[100_000, 1_000_000, 4_000_000])
-    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument(
+        "--rounds",
+        type=float,
+        default=2e7,
+        help="rounds x l per measurement (default 2e7: 200 rounds at l = 1e5, 5 at 4e6)",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="measurements of each program")
+    p.add_argument(
+        "--allocator",
+        choices=["tuned", "default"],
+        default="tuned",
+        help="glibc malloc as codedgd's processes set it (services/allocator.py), or "
+        "glibc's defaults; applies to both programs alike",
+    )
     a = p.parse_args()
+    if a.allocator == "tuned":
+        keep_freed_memory()
+    else:
+        ENV[allocator.ENV] = "0"
     print("| n | ℓ | MB per round (down+up) | codedgd rounds/s | raw grpc.aio rounds/s | ratio |")
     print("|---|---|---|---|---|---|")
     for dim in a.dim:
         for n in a.n:
-            rounds = max(3, a.rounds if dim <= 1_000_000 else a.rounds // 2)
-            raw = await raw_round_seconds(n, dim, rounds)
-            ours = await codedgd_round_seconds(n, dim, rounds)
+            rounds = max(3, round(a.rounds / dim))
+            raws, ours = [], []
+            for _ in range(a.repeats):
+                raws.append(await raw_round_seconds(n, dim, rounds))
+                ours.append(await codedgd_round_seconds(n, dim, rounds))
+            raw, our = statistics.median(raws), statistics.median(ours)
             mb = 2 * n * dim * 8 / 1e6
             print(
-                f"| {n} | {dim:,} | {mb:,.0f} | {1 / ours:.2f} | {1 / raw:.2f} | "
-                f"{raw / ours:.2f} |",
+                f"| {n} | {dim:,} | {mb:,.0f} | {1 / our:.2f} | {1 / raw:.2f} | {raw / our:.2f} |",
                 flush=True,
             )
 

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc import aio
 
+from services.allocator import keep_freed_memory
 from services.wire import DEFAULT_CHUNK_BYTES, GRPC_OPTIONS, SERVER_OPTIONS
 
 METHOD = "/raw.Bench/Connect"
@@ -120,6 +121,7 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--dim", type=int, required=True)
     a = p.parse_args()
+    keep_freed_memory()  # as codedgd's processes do (unless CODEDGD_MALLOC_TUNING=0)
     asyncio.run(worker(a.port, a.dim))
 
 

@@ -619,6 +619,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else logging.INFO - 10 * min(args.verbose, 1),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command in ("run", "coordinator", "worker"):
+        from services.allocator import keep_freed_memory
+
+        keep_freed_memory()
     try:
         return int(args.func(args))
     except CodedGDError as exc:
