@@ -3,6 +3,8 @@
 The coordinator runs in this process; 30 worker OS processes dial in. RSS is
 sampled from /proc/self/status after every round, so growth with the number of
 rounds shows directly (it must stay flat once the first rounds have warmed up).
+The process tunes malloc as ``codedgd coordinator`` does (services/allocator.py;
+``CODEDGD_MALLOC_TUNING=0`` measures glibc's defaults).
 
     python bench/bench_memory.py [--workers 30] [--rounds 200] [--data-dir DIR]
 """
@@ -16,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from services.allocator import keep_freed_memory
 from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
 from services.reports import RoundRecord
@@ -35,6 +38,7 @@ def rss_mib() -> tuple[float, float]:
 
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    keep_freed_memory()
     p.add_argument("--workers", type=int, default=30)
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--policy", default="ignore-stragglers")
