@@ -15,6 +15,9 @@ one big field, ``TensorChunk.data``, specially:
 * :func:`parse` walks the wire format along the known paths to ``data`` (a few
   varints per level), hands protobuf the frame *without* that field, and returns the
   field's bytes as a zero-copy ``memoryview`` of the received buffer.
+* A filler field beside ``data`` (``TensorChunk.pad``) places the bytes at a
+  multiple of 16 from the start of the frame, as numpy would align them, so the
+  receiver's array takes the same numpy/BLAS code paths (and rounding) as any other.
 
 A path is the field numbers from the envelope down to ``data``, e.g. WorkerMessage
 ``result`` (3) → Result ``payload`` (3) → TensorChunk ``data`` (6).
