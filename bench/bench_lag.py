@@ -27,6 +27,7 @@ import asyncio
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,11 @@ def loss_plot(
     plt.close(fig)
 
 
+def keep(name: str, cfg: JobConfig, job_id: str, records: Sequence[RoundRecord]) -> None:
+    """Write one run's per-round results to results/lag/<name>.json."""
+    write_results(RAW / f"{name}.json", {**cfg.to_dict(), "job_id": job_id}, records, {})
+
+
 def simulated_grid(rounds: int, data_dir: str) -> list[str]:
     out = []
     cost = CostModel(compute="none")
@@ -193,12 +199,7 @@ def simulated_grid(rounds: int, data_dir: str) -> list[str]:
                 cfg = config(dataset, model, policy, params, rounds, stragglers)
                 started = time.perf_counter()
                 result = Simulator(cfg, cost, data_dir=data_dir).run()
-                write_results(
-                    RAW / f"sim-{dataset}-{sname}-{slug_of(label)}.json",
-                    {**cfg.to_dict(), "job_id": result.job_id},
-                    result.records,
-                    {},
-                )
+                keep(f"sim-{dataset}-{sname}-{slug_of(label)}", cfg, result.job_id, result.records)
                 print(
                     f"  {dataset} {sname} {label}: {time.perf_counter() - started:.1f} s",
                     flush=True,
@@ -257,12 +258,7 @@ def real_run(rounds: int, data_dir: str) -> str:
     for label, policy, params in POLICIES:
         cfg = config("kc-house", "least-squares", policy, params, rounds, stragglers)
         result = asyncio.run(run_local(cfg, data_dir=data_dir, startup_timeout=600))
-        write_results(
-            RAW / f"real-kc-house-{slug_of(label)}.json",
-            {**cfg.to_dict(), "job_id": result.job_id},
-            result.records,
-            {},
-        )
+        keep(f"real-kc-house-{slug_of(label)}", cfg, result.job_id, result.records)
         print(f"  real {label}: {len(result.records)} rounds", flush=True)
         runs.append((label, result.records))
     target = runs[0][1][rounds // 2].loss

@@ -68,8 +68,8 @@ class Chunk:
     """One chunk's fields; :meth:`fill` writes them into a TensorChunk in place.
 
     ``data`` is a view of the array that was split (no copy): serialize the chunk
-    (:func:`services.framing.serialize`, or :meth:`fill` then ``SerializeToString``)
-    before that array changes. Filling a chunk that already sits inside its envelope
+    (:func:`framed`, or :meth:`fill` then ``SerializeToString``) before that array
+    changes. Filling a chunk that already sits inside its envelope
     (``msg.result.payload``) avoids the deep copies protobuf makes when a submessage
     is passed to a constructor.
     """
