@@ -22,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import raw_grpc
@@ -29,9 +30,34 @@ from services import allocator
 from services.allocator import keep_freed_memory
 from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
+from services.reports import RoundRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Seconds per round, and CPU milliseconds per round of the coordinator and of all workers."""
+
+    seconds: float
+    coordinator_cpu_ms: float
+    workers_cpu_ms: float
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _snapshot(pids: list[int]) -> list[float]:
+    return [_cpu_seconds(pid) for pid in pids]
+
+
+def _measured(seconds: float, before: list[float], after: list[float], rounds: int) -> Measured:
+    delta = [(b - a) * 1e3 / rounds for a, b in zip(before, after, strict=True)]
+    return Measured(seconds, delta[0], sum(delta[1:]))
 
 
 def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
@@ -44,7 +70,7 @@ def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
-async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> float:
+async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> Measured:
     server = await CoordinatorServer.start("127.0.0.1:0", assign_timeout=120)
     procs = [
         _spawn(
@@ -70,20 +96,28 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> float:
             model=Component("logistic", {"l2": 0.0}),
             optimizer={"lr": 1e-3},
         )
+        pids = [os.getpid(), *(p.pid for p in procs)]
+        cpu: dict[int, list[float]] = {}
         job = server.service.submit(config)
+
+        def on_record(record: RoundRecord) -> None:
+            if record.round in (0, rounds):  # round 0 warms up
+                cpu[record.round] = _snapshot(pids)
+
+        job.on_record = on_record
         while not job.finished:
             await job.wait_change()
         if job.state != "done":
             raise RuntimeError(job.error)
-        times = [r.round_seconds for r in job.records[1:]]  # round 0 warms up
-        return statistics.mean(times)
+        times = [r.round_seconds for r in job.records[1:]]
+        return _measured(statistics.mean(times), cpu[0], cpu[rounds], rounds)
     finally:
         await server.stop()
         for p in procs:
             p.wait(timeout=30)
 
 
-async def raw_round_seconds(n: int, dim: int, rounds: int) -> float:
+async def raw_round_seconds(n: int, dim: int, rounds: int) -> Measured:
     server, raw, port = await raw_grpc.serve(n, dim)
     procs = [
         _spawn(["bench/raw_grpc.py", "worker", "--port", str(port), "--dim", str(dim)])
@@ -91,7 +125,11 @@ async def raw_round_seconds(n: int, dim: int, rounds: int) -> float:
     ]
     try:
         await asyncio.wait_for(raw.ready.wait(), timeout=60)
-        return await raw_grpc.timed_rounds(raw, rounds)
+        await raw.round()  # warm-up
+        pids = [os.getpid(), *(p.pid for p in procs)]
+        before = _snapshot(pids)
+        seconds = await raw_grpc.timed_rounds(raw, rounds)
+        return _measured(seconds, before, _snapshot(pids), rounds)
     finally:
         await server.stop(0)
         for p in procs:
@@ -111,6 +149,11 @@ async def main() -> None:
     )
     p.add_argument("--repeats", type=int, default=3, help="measurements of each program")
     p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="also print CPU milliseconds per round (coordinator, all workers) of both",
+    )
+    p.add_argument(
         "--allocator",
         choices=["tuned", "default"],
         default="tuned",
@@ -122,21 +165,40 @@ async def main() -> None:
         keep_freed_memory()
     else:
         ENV[allocator.ENV] = "0"
+    cpu_rows: list[tuple[int, int, list[Measured], list[Measured]]] = []
     print("| n | ℓ | MB per round (down+up) | codedgd rounds/s | raw grpc.aio rounds/s | ratio |")
     print("|---|---|---|---|---|---|")
     for dim in a.dim:
         for n in a.n:
             rounds = max(3, round(a.rounds / dim))
-            raws, ours = [], []
+            raws: list[Measured] = []
+            ours: list[Measured] = []
             for _ in range(a.repeats):
                 raws.append(await raw_round_seconds(n, dim, rounds))
                 ours.append(await codedgd_round_seconds(n, dim, rounds))
-            raw, our = statistics.median(raws), statistics.median(ours)
+            raw = statistics.median(m.seconds for m in raws)
+            our = statistics.median(m.seconds for m in ours)
             mb = 2 * n * dim * 8 / 1e6
             print(
                 f"| {n} | {dim:,} | {mb:,.0f} | {1 / our:.2f} | {1 / raw:.2f} | {raw / our:.2f} |",
                 flush=True,
             )
+            if a.cpu:
+                cpu_rows.append((n, dim, raws, ours))
+    if cpu_rows:
+        print()
+        print("CPU ms per round (median over repeats): coordinator, all workers")
+        print()
+        print("| n | ℓ | codedgd coordinator | raw server | codedgd workers | raw workers |")
+        print("|---|---|---:|---:|---:|---:|")
+        for n, dim, raws, ours in cpu_rows:
+            cells = [
+                statistics.median(m.coordinator_cpu_ms for m in ours),
+                statistics.median(m.coordinator_cpu_ms for m in raws),
+                statistics.median(m.workers_cpu_ms for m in ours),
+                statistics.median(m.workers_cpu_ms for m in raws),
+            ]
+            print(f"| {n} | {dim:,} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
 
 
 if __name__ == "__main__":

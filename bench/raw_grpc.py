@@ -108,7 +108,7 @@ async def worker(port: int, dim: int) -> None:
 
 
 async def timed_rounds(raw: RawServer, rounds: int) -> float:
-    await raw.round()  # warm-up
+    """Seconds per round over ``rounds`` rounds (warm up first)."""
     start = time.perf_counter()
     for _ in range(rounds):
         await raw.round()
