@@ -189,6 +189,14 @@ def keep(name: str, cfg: JobConfig, job_id: str, records: Sequence[RoundRecord])
     write_results(RAW / f"{name}.json", {**cfg.to_dict(), "job_id": job_id}, records, {})
 
 
+def against_gd(
+    runs: list[tuple[str, tuple[RoundRecord, ...]]], rounds: int
+) -> tuple[float, list[Row]]:
+    """The target (gd's loss after rounds // 2; gd runs first) and each run's row to it."""
+    target = runs[0][1][rounds // 2].loss
+    return target, [to_target(label, records, target) for label, records in runs]
+
+
 def simulated_grid(rounds: int, data_dir: str) -> list[str]:
     out = []
     cost = CostModel(compute="none")
@@ -205,8 +213,7 @@ def simulated_grid(rounds: int, data_dir: str) -> list[str]:
                     flush=True,
                 )
                 runs.append((label, result.records))
-            target = runs[0][1][rounds // 2].loss
-            rows = [to_target(label, records, target) for label, records in runs]
+            target, rows = against_gd(runs, rounds)
             title = (
                 f"{dataset} ({model}), n = 12, {sname} compute times, simulated; "
                 f"target loss {target:.6g}"
@@ -261,8 +268,7 @@ def real_run(rounds: int, data_dir: str) -> str:
         keep(f"real-kc-house-{slug_of(label)}", cfg, result.job_id, result.records)
         print(f"  real {label}: {len(result.records)} rounds", flush=True)
         runs.append((label, result.records))
-    target = runs[0][1][rounds // 2].loss
-    rows = [to_target(label, records, target) for label, records in runs]
+    target, rows = against_gd(runs, rounds)
     title = (
         f"kc-house (least-squares), n = 12 real worker processes, shifted-exponential "
         f"compute times (shift 0.5, rate 5), {rounds} rounds; target loss {target:.6g}"
