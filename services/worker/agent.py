@@ -112,12 +112,12 @@ class _Job:
 class _Upload:
     """A result's frames, made one at a time as the stream takes them.
 
-    Framing copies a chunk of the payload into a new message; done just before
-    gRPC copies that message into its own buffers, the bytes are still in the CPU
-    cache, which at ℓ = 4·10⁶ saves about a sixth of a worker's CPU per round
-    (docs/benchmarks.md). Once the round is cancelled (a Cancel, or θ of a newer
-    round), the remaining chunks are not sent: the coordinator no longer wants them
-    and drops a partial result with the round.
+    Once the round is cancelled (a Cancel, or θ of a newer round), the chunks not
+    yet taken are never framed or sent: the coordinator no longer wants them and
+    drops a partial result with its round. A slow worker's upload thus stops
+    costing bandwidth the moment the round decodes without it. (Framing late was
+    also meant to keep the bytes in cache for gRPC's copy; repeated A/B runs show
+    no CPU difference, see docs/benchmarks.md.)
     """
 
     def __init__(
