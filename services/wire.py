@@ -167,6 +167,11 @@ class Assembler:
     copy) when they are 16-byte aligned, as codedgd's senders arrange; the chunks of
     a larger one are copied once, into an uninitialised buffer of the tensor's size
     (from ``pool`` when given, so rounds reuse buffers).
+
+    With ``add_into`` (a float64 vector of the tensor's shape) nothing is assembled:
+    each chunk is added into that vector's matching slice as it arrives, and the
+    vector is returned once the last chunk is in. A chunk that fails a check leaves
+    the chunks before it added.
     """
 
     def __init__(
@@ -177,9 +182,15 @@ class Assembler:
         shape: tuple[int, ...] | None = None,
         max_bytes: int = 8 * 1024**3,
         pool: BufferPool | None = None,
+        add_into: np.ndarray | None = None,
     ) -> None:
+        if add_into is not None and (
+            add_into.dtype != np.float64 or dtype != "<f8" or shape != add_into.shape
+        ):
+            raise ValueError("add_into needs dtype='<f8' and the float64 vector's own shape")
         self.key = key
         self._pool = pool
+        self._add_into = add_into
         self._dtype = dtype
         self._shape = shape
         self._max_bytes = max_bytes
@@ -218,7 +229,9 @@ class Assembler:
         self._received += 1
         if data is None:
             data = chunk.data
-        if self._count == 1:
+        if self._add_into is not None:
+            self._add(data)
+        elif self._count == 1:
             self._single = data  # the common case: no copy at all
             self._filled = len(data)
         else:
@@ -238,6 +251,19 @@ class Assembler:
         if self._received < self._count:
             return None
         return self._finish()
+
+    def _add(self, data: bytes | memoryview) -> None:
+        """Add a chunk's float64 values into ``add_into`` at the bytes filled so far."""
+        assert self._add_into is not None
+        end = self._filled + len(data)
+        if end > self._nbytes or len(data) % 8:
+            raise WireError(
+                f"tensor {self.key!r}: chunk {self._received - 1} of {len(data)} bytes does "
+                f"not fit the {self._nbytes - self._filled} bytes left of whole float64s"
+            )
+        target = self._add_into[self._filled // 8 : end // 8]
+        np.add(target, np.frombuffer(data, dtype="<f8"), out=target)
+        self._filled = end
 
     def _start(self, chunk: pb.TensorChunk) -> None:
         if chunk.dtype not in ALLOWED_DTYPES:
@@ -274,6 +300,8 @@ class Assembler:
                 f"tensor {self.key!r}: {self._filled} bytes for shape {tuple(first.shape)} "
                 f"of {first.dtype} ({self._nbytes} bytes expected)"
             )
+        if self._add_into is not None:
+            return self._add_into
         shape = tuple(int(d) for d in first.shape)
         data: bytes | memoryview | np.ndarray = (
             self._single if self._single is not None else self._buffer_or_empty()

@@ -66,3 +66,34 @@ def test_out_of_order_chunk_is_refused() -> None:
     asm.add(chunks[0])
     with pytest.raises(WireError, match="expected chunk 1"):
         asm.add(chunks[2])
+
+
+def test_add_into_sums_the_chunks_in_place() -> None:
+    total = np.arange(10.0)
+    start = total.copy()
+    x = np.random.default_rng(1).standard_normal(10)
+    asm = Assembler("gradient", dtype="<f8", shape=(10,), add_into=total)
+    out = None
+    for c in tensor_chunks("gradient", x, chunk_bytes=24):  # 4 chunks: 3 + 3 + 3 + 1 floats
+        assert out is None
+        out = asm.add(c)
+    assert out is total
+    np.testing.assert_array_equal(total, start + x)
+
+
+def test_add_into_refuses_a_chunk_of_partial_floats() -> None:
+    total = np.zeros(4)
+    asm = Assembler("gradient", dtype="<f8", shape=(4,), add_into=total)
+    chunk = pb.TensorChunk(
+        key="gradient", index=0, count=2, dtype="<f8", shape=[4], data=b"\0" * 12
+    )
+    with pytest.raises(WireError, match="whole float64s"):
+        asm.add(chunk)
+    np.testing.assert_array_equal(total, np.zeros(4))
+
+
+def test_add_into_needs_float64_of_the_tensor_shape() -> None:
+    with pytest.raises(ValueError, match="add_into"):
+        Assembler("gradient", dtype="<f4", shape=(4,), add_into=np.zeros(4))
+    with pytest.raises(ValueError, match="add_into"):
+        Assembler("gradient", dtype="<f8", shape=(5,), add_into=np.zeros(4))

@@ -2,7 +2,9 @@
 
 Round t: ``policy.begin_round`` says whom to contact; θ_t is serialized once
 and the same bytes are queued for each of those workers; every arriving result
-is checked (round, shape, dtype) and offered to the policy until it can decode;
+is checked (round, shape, dtype) and offered to the policy until it can decode
+(for a policy that sums every payload, ``Policy.arrival_sum``, each chunk is
+added into that sum as it arrives instead of being assembled first);
 the workers still busy get Cancel{t}; the estimate is decoded (in a thread for
 large ℓ), the optimizer steps, and a :class:`RoundRecord` is published.
 
@@ -62,8 +64,9 @@ INLINE_DECODE_SECONDS = 0.002
 class _Arrival:
     worker: int
     result: pb.Result
-    payload: np.ndarray | None  # assembled payload (None for a skipped upload)
+    payload: np.ndarray | None  # assembled payload (None: skipped, or summed on arrival)
     received: float
+    summed: bool = False  # the payload was added into the policy's arrival_sum()
 
 
 @dataclass
@@ -105,8 +108,9 @@ class _Outcome:
 @dataclass
 class _Partial:
     round: int
-    assembler: Assembler
+    assembler: Assembler | None  # None: the round takes no more of this result; drop it
     first: pb.Result
+    summing: bool = False  # chunks are added into the policy's arrival_sum()
 
 
 @dataclass
@@ -133,6 +137,8 @@ class JobRun:
     _payload_len: list[int] = field(default_factory=list)
     _lost: set[int] = field(default_factory=set)
     _current_round: int = -1
+    _summing: np.ndarray | None = None  # policy.arrival_sum() of the current round
+    _expecting: set[int] = field(default_factory=set)  # results the sum still takes
     _late: int = 0
     _bytes_up: int = 0
     _acks: dict[int, asyncio.Future[str]] = field(default_factory=dict)
@@ -170,21 +176,37 @@ class JobRun:
             return
         partial = self._partials.get(worker)
         if partial is None or partial.round != result.round or result.payload.index == 0:
-            partial = _Partial(
-                int(result.round),
-                Assembler(
-                    "gradient",
-                    dtype="<f8",
-                    shape=(self._payload_len[worker],),
-                    pool=self._pool,
-                ),
-                result,
-            )
+            if partial is not None and partial.round == result.round and partial.summing:
+                raise WireError(
+                    f"result for round {result.round} started over after part of it was summed"
+                )
+            partial = self._new_partial(worker, result)
             self._partials[worker] = partial
+        if partial.assembler is None or (partial.summing and worker not in self._expecting):
+            # A second result this round, or one the round decoded without: dropped.
+            if result.payload.index + 1 >= result.payload.count:
+                del self._partials[worker]
+            return
         payload = partial.assembler.add(result.payload, data)  # WireError on a bad message
         if payload is not None:
             del self._partials[worker]
-            self._events.put_nowait(_Arrival(worker, partial.first, payload, time.perf_counter()))
+            now = time.perf_counter()
+            if partial.summing:
+                self._expecting.discard(worker)
+                self._events.put_nowait(_Arrival(worker, partial.first, None, now, summed=True))
+            else:
+                self._events.put_nowait(_Arrival(worker, partial.first, payload, now))
+
+    def _new_partial(self, worker: int, result: pb.Result) -> _Partial:
+        """Where a result's chunks go: the policy's running sum, a pooled buffer, or nowhere."""
+        shape = (self._payload_len[worker],)
+        if self._summing is None:
+            pooled = Assembler("gradient", dtype="<f8", shape=shape, pool=self._pool)
+            return _Partial(int(result.round), pooled, result)
+        if worker not in self._expecting:
+            return _Partial(int(result.round), None, result, summing=True)
+        adding = Assembler("gradient", dtype="<f8", shape=shape, add_into=self._summing)
+        return _Partial(int(result.round), adding, result, summing=True)
 
     def ack(self, session: WorkerSession, ack: pb.AssignmentAck) -> None:
         future = self._acks.get(session.index)
@@ -396,6 +418,10 @@ class JobRun:
         self._late = 0
         self._bytes_up = 0
         contacted = [w for w in spec.workers if w not in self._lost]
+        # Results are added into the policy's sum chunk by chunk as they arrive, when
+        # the policy sums every payload (Policy.arrival_sum); else assembled and offered.
+        self._summing = policy.arrival_sum()
+        self._expecting = set(contacted)
         outstanding = set(contacted)
         if not policy.feasible(frozenset(outstanding)):
             raise JobFailed(self._infeasible_message(t, policy))
@@ -440,6 +466,18 @@ class JobRun:
                 ) from None
             if isinstance(event, _Lost):
                 outstanding.discard(event.worker)
+                partial = self._partials.get(event.worker)
+                if (
+                    partial is not None
+                    and partial.round == t
+                    and partial.summing
+                    and partial.assembler is not None
+                ):
+                    raise JobFailed(
+                        f"worker {event.worker} was lost in round {t} ({event.reason}) after "
+                        "part of its result was added into the sum; the round cannot be "
+                        "decoded without the rest"
+                    )
                 if not policy.feasible(frozenset(outstanding)):
                     raise JobFailed(
                         f"worker {event.worker} was lost in round {t} ({event.reason}); "
@@ -453,7 +491,7 @@ class JobRun:
             if event.worker not in outstanding:
                 continue
             outstanding.discard(event.worker)
-            if event.payload is not None:
+            if event.payload is not None or event.summed:
                 uploads += 1
                 self.metrics.uploads.inc()
             else:
@@ -464,7 +502,10 @@ class JobRun:
             compute_max = max(compute_max, event.result.compute_seconds)
             responses[event.worker] = event.received - sent_at
             computes[event.worker] = event.result.compute_seconds
-            decodable = policy.offer(event.worker, event.payload)
+            if event.summed:
+                decodable = policy.offer_summed(event.worker)
+            else:
+                decodable = policy.offer(event.worker, event.payload)
             if not decodable:
                 superseded = policy.superseded() & outstanding
                 if superseded:
@@ -472,6 +513,7 @@ class JobRun:
                     outstanding -= superseded
                     cancelled_early += len(superseded)
         decodable_at = time.perf_counter()
+        self._expecting.clear()  # the sum is final: later chunks of this round are dropped
         self._cancel(t, outstanding)
         try:
             if self._last_decode < INLINE_DECODE_SECONDS:

@@ -152,6 +152,22 @@ class Policy(ABC):
         The coordinator asks when a worker is lost mid-round; False fails the round.
         """
 
+    def arrival_sum(self) -> np.ndarray | None:
+        """This round's running sum, if the estimate is the plain sum of every payload.
+
+        A policy whose every payload of the round enters the estimate unweighted (and
+        that needs nothing else from it) returns, after :meth:`begin_round`, the float64
+        array it sums into. The coordinator then adds each result into that array chunk
+        by chunk as the bytes arrive, with no assembled copy, and reports the arrival
+        through :meth:`offer_summed` instead of :meth:`offer`. Default None: payloads
+        are assembled and offered whole (the simulator always does that).
+        """
+        return None
+
+    def offer_summed(self, worker: int) -> bool:
+        """Record an arrival already added into :meth:`arrival_sum`; True once decodable."""
+        raise NotImplementedError(f"{self.name} does not sum payloads on arrival")
+
     def superseded(self) -> frozenset[int]:
         """Workers contacted this round whose message is no longer needed.
 

@@ -37,13 +37,17 @@ class _OnePartitionEach(Policy):
         return RoundSpec(round=t, workers=tuple(range(self._n)))
 
     def _add(self, worker: int, payload: np.ndarray | None) -> None:
-        if self._sum is None:
-            raise DecodeError("offer() before begin_round()")
         if payload is None:
             raise DecodeError(f"{self.name}: worker {worker} sent no gradient")
+        self._arrive(worker)
+        assert self._sum is not None
+        self._sum += payload
+
+    def _arrive(self, worker: int) -> None:
+        if self._sum is None:
+            raise DecodeError("offer() before begin_round()")
         if worker in self._arrived:
             raise DecodeError(f"{self.name}: worker {worker} offered twice in one round")
-        self._sum += payload
         self._arrived.append(worker)
 
 
@@ -55,6 +59,13 @@ class Uncoded(_OnePartitionEach):
 
     def offer(self, worker: int, payload: np.ndarray | None) -> bool:
         self._add(worker, payload)
+        return len(self._arrived) == self._n
+
+    def arrival_sum(self) -> np.ndarray | None:
+        return self._sum  # every worker's payload, unweighted
+
+    def offer_summed(self, worker: int) -> bool:
+        self._arrive(worker)
         return len(self._arrived) == self._n
 
     def decode(self) -> Estimate:

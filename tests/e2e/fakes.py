@@ -95,10 +95,12 @@ def _serialize(message: pb.WorkerMessage | bytes) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
-def result(job_id: str, round_: int, vector: np.ndarray) -> list[pb.Result]:
+def result(
+    job_id: str, round_: int, vector: np.ndarray, chunk_bytes: int = 4 * 1024 * 1024
+) -> list[pb.Result]:
     return [
         pb.Result(job_id=job_id, round=round_, payload=c, compute_seconds=0.0)
-        for c in tensor_chunks("gradient", vector)
+        for c in tensor_chunks("gradient", vector, chunk_bytes)
     ]
 
 

@@ -146,3 +146,23 @@ def test_rounds_are_independent() -> None:
     e2 = run_round(policy, m2, [2, 0, 3, 5], DIM, t=1)
     assert relative_error(e1.gradient, g1.sum(axis=0)) < 1e-12
     assert relative_error(e2.gradient, g2.sum(axis=0)) < 1e-12
+
+
+def test_uncoded_sums_on_arrival_and_the_others_are_offered_whole() -> None:
+    policy, _ = planned("uncoded", 3, {})
+    grads = np.random.default_rng(3).standard_normal((3, DIM))
+    policy.begin_round(0, np.zeros(DIM))
+    total = policy.arrival_sum()
+    assert total is not None
+    for w in (2, 0, 1):
+        total += grads[w]  # what the coordinator does with the arriving chunks
+        assert policy.offer_summed(w) == (w == 1)
+    estimate = policy.decode()
+    np.testing.assert_array_equal(estimate.gradient, grads[2] + grads[0] + grads[1])
+    assert estimate.workers_used == (2, 0, 1)
+    with pytest.raises(DecodeError, match="twice"):
+        policy.offer_summed(0)
+    for name, params in [("ignore-stragglers", {"s": 1}), ("frc", {"s": 1}), ("cyclic", {"s": 1})]:
+        other, _ = planned(name, 4, params)
+        other.begin_round(0, np.zeros(DIM))
+        assert other.arrival_sum() is None, name
