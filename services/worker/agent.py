@@ -109,6 +109,7 @@ class _Job:
     theta_pool: BufferPool = field(default_factory=lambda: BufferPool(3))
 
 
+@dataclass(frozen=True)
 class _Upload:
     """A result's frames, made one at a time as the stream takes them.
 
@@ -120,25 +121,14 @@ class _Upload:
     no CPU difference, see docs/benchmarks.md.)
     """
 
-    def __init__(
-        self,
-        job_id: str,
-        round_: int,
-        payload: np.ndarray,
-        compute_seconds: float,
-        delay_seconds: float,
-        cancel: threading.Event,
-        chunk_bytes: int,
-        on_sent: Callable[[int], None],
-    ) -> None:
-        self.job_id = job_id
-        self.round = round_
-        self.payload = payload
-        self.compute_seconds = compute_seconds
-        self.delay_seconds = delay_seconds
-        self.cancel = cancel
-        self.chunk_bytes = chunk_bytes
-        self.on_sent = on_sent
+    job_id: str
+    round: int
+    payload: np.ndarray
+    compute_seconds: float
+    delay_seconds: float
+    cancel: threading.Event
+    chunk_bytes: int
+    on_sent: Callable[[int], None]
 
     def __iter__(self) -> Iterator[bytes]:
         for c in chunks("gradient", self.payload, self.chunk_bytes):
