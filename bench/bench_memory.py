@@ -38,12 +38,12 @@ def rss_mib() -> tuple[float, float]:
 
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    keep_freed_memory()
     p.add_argument("--workers", type=int, default=30)
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--policy", default="ignore-stragglers")
     p.add_argument("--data-dir", default=os.environ.get("CODEDGD_DATA_DIR"))
     a = p.parse_args()
+    keep_freed_memory()  # as `codedgd coordinator` does
     before, _ = rss_mib()
     server = await CoordinatorServer.start("127.0.0.1:0", data_dir=a.data_dir, assign_timeout=300)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}

@@ -25,7 +25,7 @@ A path is the field numbers from the envelope down to ``data``, e.g. WorkerMessa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -128,6 +128,28 @@ def parse(cls: type[M], buffer: bytes, paths: Sequence[Path]) -> Frame[M]:
         return Frame(cls.FromString(b"".join(pieces)), data, len(buffer))
     except (DecodeError, IndexError, ValueError) as exc:
         raise WireError(f"malformed {cls.DESCRIPTOR.name} frame: {exc}") from None
+
+
+def to_wire(message: Message | bytes) -> bytes:
+    """gRPC serializer for streams that carry both messages and ready-made frames."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def frame_reader(cls: type[M], paths: Sequence[Path]) -> Callable[[bytes], Frame[M] | WireError]:
+    """gRPC deserializer: :func:`parse` frames of ``cls``, tensor bytes on ``paths`` as views.
+
+    A frame that is not protobuf comes through as its :class:`WireError`, so the
+    stream's reader can drop the peer with the reason instead of gRPC ending the
+    call opaquely.
+    """
+
+    def read(buffer: bytes) -> Frame[M] | WireError:
+        try:
+            return parse(cls, buffer, paths)
+        except WireError as exc:
+            return exc
+
+    return read
 
 
 def _strip(

@@ -22,8 +22,7 @@ from prometheus_client import start_http_server
 
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.service import CoordinatorService
-from services.errors import WireError
-from services.framing import Frame, parse
+from services.framing import frame_reader, to_wire
 from services.proto import codedgd_pb2 as pb
 from services.security import Security
 from services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
@@ -32,20 +31,8 @@ log = logging.getLogger("codedgd.coordinator")
 SERVICE_NAME = "codedgd.v1.Coordinator"
 
 
-def _serialize(message: Any) -> bytes:
-    return message if isinstance(message, bytes) else message.SerializeToString()
-
-
-def _worker_frame(data: bytes) -> Frame[pb.WorkerMessage] | WireError:
-    """Parse a worker message; a result's gradient bytes stay a view of ``data``.
-
-    A frame that is not protobuf is handed on as its error, so the stream's reader
-    rejects the worker with the reason instead of gRPC ending the call opaquely.
-    """
-    try:
-        return parse(pb.WorkerMessage, data, WORKER_TENSOR_PATHS)
-    except WireError as exc:
-        return exc
+# Results' gradient bytes stay views of the received frame (services.framing).
+_worker_frame = frame_reader(pb.WorkerMessage, WORKER_TENSOR_PATHS)
 
 
 def _handlers(service: CoordinatorService) -> grpc.GenericRpcHandler:
@@ -55,27 +42,27 @@ def _handlers(service: CoordinatorService) -> grpc.GenericRpcHandler:
             "Connect": grpc.stream_stream_rpc_method_handler(
                 service.Connect,
                 request_deserializer=_worker_frame,
-                response_serializer=_serialize,
+                response_serializer=to_wire,
             ),
             "SubmitJob": grpc.unary_unary_rpc_method_handler(
                 service.SubmitJob,
                 request_deserializer=pb.SubmitJobRequest.FromString,
-                response_serializer=_serialize,
+                response_serializer=to_wire,
             ),
             "WatchJob": grpc.unary_stream_rpc_method_handler(
                 service.WatchJob,
                 request_deserializer=pb.JobRef.FromString,
-                response_serializer=_serialize,
+                response_serializer=to_wire,
             ),
             "GetStatus": grpc.unary_unary_rpc_method_handler(
                 service.GetStatus,
                 request_deserializer=pb.StatusRequest.FromString,
-                response_serializer=_serialize,
+                response_serializer=to_wire,
             ),
             "CancelJob": grpc.unary_unary_rpc_method_handler(
                 service.CancelJob,
                 request_deserializer=pb.JobRef.FromString,
-                response_serializer=_serialize,
+                response_serializer=to_wire,
             ),
         },
     )

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from services.errors import CodedGDError, DataError, WireError
-from services.framing import Frame, parse
+from services.framing import frame_reader, to_wire
 from services.job import JobConfig
 from services.proto import codedgd_pb2 as pb
 from services.security import Security
@@ -55,17 +55,8 @@ CONNECT_METHOD = "/codedgd.v1.Coordinator/Connect"
 INLINE_COMPUTE_SECONDS = 0.002
 
 
-def _serialize(message: pb.WorkerMessage | bytes) -> bytes:
-    """Results are framed by hand (services.framing); other messages by protobuf."""
-    return message if isinstance(message, bytes) else message.SerializeToString()
-
-
-def _coordinator_frame(data: bytes) -> Frame[pb.CoordinatorMessage] | WireError:
-    """Parse a coordinator message; θ and partition bytes stay views of ``data``."""
-    try:
-        return parse(pb.CoordinatorMessage, data, COORDINATOR_TENSOR_PATHS)
-    except WireError as exc:
-        return exc
+# θ and partition bytes stay views of the received frame (services.framing).
+_coordinator_frame = frame_reader(pb.CoordinatorMessage, COORDINATOR_TENSOR_PATHS)
 
 
 class Rejected(CodedGDError):
@@ -220,7 +211,7 @@ class WorkerAgent:
         try:
             connect = channel.stream_stream(
                 CONNECT_METHOD,
-                request_serializer=_serialize,
+                request_serializer=to_wire,
                 response_deserializer=_coordinator_frame,
             )
             call = connect(self._requests(), metadata=self.options.security.metadata())

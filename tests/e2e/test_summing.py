@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,7 +18,12 @@ CHUNK = 16  # two float64 a chunk: every result arrives in four chunks
 VECTORS = {"a": np.arange(1.0, DIM + 1), "b": np.linspace(-3.0, 2.0, DIM)}
 
 
-async def _run(coordinator: CoordinatorServer, fakes: list[FakeWorker]) -> object:
+async def _run(
+    coordinator: CoordinatorServer,
+    fakes: list[FakeWorker],
+    settled: Callable[[], bool] = lambda: True,
+) -> object:
+    """Run a one-round uncoded job with these fakes; stop them once ``settled()``."""
     for fake in fakes:
         fake.start()
     try:
@@ -28,6 +34,7 @@ async def _run(coordinator: CoordinatorServer, fakes: list[FakeWorker]) -> objec
         job = coordinator.service.submit(config)
         while not job.finished:
             await asyncio.wait_for(job.wait_change(), 60)
+        await wait_for(settled)  # e.g. a Reject on its way to a fake
         return job
     finally:
         for fake in fakes:
@@ -68,7 +75,8 @@ async def test_a_result_started_over_after_part_was_summed_fails_the_round_clear
         return result(a.job_id, round_, VECTORS["b"], CHUNK)
 
     bad = FakeWorker(coordinator.port, restarting, name="a")
-    job = await _run(coordinator, [bad, FakeWorker(coordinator.port, honest, name="b")])
+    good = FakeWorker(coordinator.port, honest, name="b")
+    job = await _run(coordinator, [bad, good], settled=lambda: bad.rejected is not None)
     assert job.state == "failed"  # type: ignore[attr-defined]
     assert "added into the sum" in job.error  # type: ignore[attr-defined]
     assert bad.rejected is not None and "started over" in bad.rejected
