@@ -70,7 +70,7 @@ def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
-async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> Measured:
+async def codedgd_round_seconds(n: int, dim: int, rounds: int, warmup: int = 1) -> Measured:
     server = await CoordinatorServer.start("127.0.0.1:0", assign_timeout=120)
     procs = [
         _spawn(
@@ -88,7 +88,7 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> Measured:
     try:
         config = JobConfig(
             workers=n,
-            rounds=rounds + 1,
+            rounds=warmup + rounds,
             eval_every=10**6,
             data=Component(
                 "synthetic", {"rows": 2 * n, "dim": dim, "density": 1e-6, "test_fraction": 0.5}
@@ -101,7 +101,7 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> Measured:
         job = server.service.submit(config)
 
         def on_record(record: RoundRecord) -> None:
-            if record.round in (0, rounds):  # round 0 warms up
+            if record.round in (warmup - 1, warmup - 1 + rounds):  # rounds < warmup warm up
                 cpu[record.round] = _snapshot(pids)
 
         job.on_record = on_record
@@ -109,15 +109,15 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int) -> Measured:
             await job.wait_change()
         if job.state != "done":
             raise RuntimeError(job.error)
-        times = [r.round_seconds for r in job.records[1:]]
-        return _measured(statistics.mean(times), cpu[0], cpu[rounds], rounds)
+        times = [r.round_seconds for r in job.records[warmup:]]
+        return _measured(statistics.mean(times), cpu[warmup - 1], cpu[warmup - 1 + rounds], rounds)
     finally:
         await server.stop()
         for p in procs:
             p.wait(timeout=30)
 
 
-async def raw_round_seconds(n: int, dim: int, rounds: int) -> Measured:
+async def raw_round_seconds(n: int, dim: int, rounds: int, warmup: int = 1) -> Measured:
     server, raw, port = await raw_grpc.serve(n, dim)
     procs = [
         _spawn(["bench/raw_grpc.py", "worker", "--port", str(port), "--dim", str(dim)])
@@ -125,16 +125,21 @@ async def raw_round_seconds(n: int, dim: int, rounds: int) -> Measured:
     ]
     try:
         await asyncio.wait_for(raw.ready.wait(), timeout=60)
-        await raw.round()  # warm-up
+        for _ in range(warmup):
+            await raw.round()
         pids = [os.getpid(), *(p.pid for p in procs)]
         before = _snapshot(pids)
         seconds = await raw_grpc.timed_rounds(raw, rounds)
         return _measured(seconds, before, _snapshot(pids), rounds)
     finally:
-        await server.stop(0)
+        raw.close()
+        await server.stop(5)
         for p in procs:
-            p.kill()
-            p.wait()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 async def main() -> None:
@@ -149,6 +154,13 @@ async def main() -> None:
     )
     p.add_argument("--repeats", type=int, default=3, help="measurements of each program")
     p.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="rounds each program runs before the measured ones (default 3: the first "
+        "rounds fault in the processes' round-sized buffers)",
+    )
+    p.add_argument(
         "--cpu",
         action="store_true",
         help="also print CPU milliseconds per round (coordinator, all workers) of both",
@@ -161,6 +173,8 @@ async def main() -> None:
         "glibc's defaults; applies to both programs alike",
     )
     a = p.parse_args()
+    if a.warmup < 1:
+        p.error("--warmup must be at least 1 (the first round opens the streams)")
     if a.allocator == "tuned":
         keep_freed_memory()
     else:
@@ -174,8 +188,8 @@ async def main() -> None:
             raws: list[Measured] = []
             ours: list[Measured] = []
             for _ in range(a.repeats):
-                raws.append(await raw_round_seconds(n, dim, rounds))
-                ours.append(await codedgd_round_seconds(n, dim, rounds))
+                raws.append(await raw_round_seconds(n, dim, rounds, a.warmup))
+                ours.append(await codedgd_round_seconds(n, dim, rounds, a.warmup))
             raw = statistics.median(m.seconds for m in raws)
             our = statistics.median(m.seconds for m in ours)
             mb = 2 * n * dim * 8 / 1e6

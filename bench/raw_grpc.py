@@ -35,14 +35,14 @@ class RawServer:
     def __init__(self, n: int, dim: int) -> None:
         self.n = n
         self.nbytes = dim * 8
-        self.outboxes: list[asyncio.Queue[bytes]] = []
+        self.outboxes: list[asyncio.Queue[bytes | None]] = []
         self.inbox: asyncio.Queue[int] = asyncio.Queue()
         self.ready = asyncio.Event()
 
     async def connect(
         self, requests: AsyncIterator[bytes], context: aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        box: asyncio.Queue[bytes] = asyncio.Queue()
+        box: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.outboxes.append(box)
         if len(self.outboxes) == self.n:
             self.ready.set()
@@ -58,10 +58,15 @@ class RawServer:
 
         reader = asyncio.create_task(read())
         try:
-            while True:
-                yield await box.get()
+            while (item := await box.get()) is not None:
+                yield item
         finally:
             reader.cancel()
+
+    def close(self) -> None:
+        """End every worker's stream (the workers then exit)."""
+        for box in self.outboxes:
+            box.put_nowait(None)
 
     async def round(self) -> None:
         payload = [b"\x00" * size for size in _chunks(self.nbytes)]  # one "serialization"
