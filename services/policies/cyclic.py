@@ -2,9 +2,14 @@
 
 Worker i holds partitions i..i+s (mod n) and sends Σ_j B[i, j]·g_j; the round stops at the
 first n−s arrivals F and the estimate is Σ_{i∈F} a_i f_i with aᵀB_F = 1ᵀ solved by least
-squares, cached per F. The residual max|aᵀB_F − 1ᵀ| is reported in every Estimate; above
-``tol`` the decode is refused with a DecodeError (counted in ``residual_errors`` here and
-in the coordinator's decode-error metric), never a silent wrong step.
+squares, cached per F. The residual max|aᵀB_F − 1ᵀ| is reported in every Estimate.
+
+When the first n−s arrivals decode with a residual above ``tol`` (a survivor set whose
+B_F is numerically near-singular), the round is not decodable yet: it waits for the next
+arrival and solves over all arrivals so far (more rows of B can only lower the
+least-squares residual), counted in ``extended_rounds``. Only when no worker is left to
+wait for is the decode refused with a DecodeError (counted in ``residual_errors`` here and
+in the coordinator's decode-error metric): never a silent wrong step.
 See :mod:`services.codes.cyclic`.
 """
 
@@ -112,12 +117,14 @@ class CyclicRepetition(Policy):
         self.seed = seed
         self.code: CyclicCode | None = None
         self.residual_errors = 0  # decodes refused for a residual above tol
+        self.extended_rounds = 0  # rounds that waited past n-s arrivals for a good residual
         self.last_residual = 0.0
         self.last_condition = 0.0
         self._buffer = ArrivalBuffer()
         self._arrived: list[int] = []
         self._dim = 0
         self._started = False
+        self._good = False  # the arrivals so far decode within tol
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         self.code, plan = cyclic_plan(self.name, self.s, self.h, self.seed, n_workers, n_partitions)
@@ -135,9 +142,10 @@ class CyclicRepetition(Policy):
     def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
         code = self._code()
         self._dim = int(theta.shape[0])
-        self._buffer.reset(self.wanted, self._dim)
+        self._buffer.reset(code.n, self._dim)  # rows past n-s only fill in extended rounds
         self._arrived = []
         self._started = True
+        self._good = False
         return RoundSpec(round=t, workers=tuple(range(code.n)))
 
     def offer(self, worker: int, payload: np.ndarray | None) -> bool:
@@ -149,14 +157,21 @@ class CyclicRepetition(Policy):
         if worker in self._arrived:
             raise DecodeError(f"cyclic: worker {worker} offered twice in one round")
         vector = check_payload(self.name, worker, payload, self._dim)
-        if not self._buffer.full:
-            self._buffer.add(vector)
-            self._arrived.append(worker)
-        return self._buffer.full
+        if self._good:
+            return True  # decodable already: a later message is not needed
+        self._buffer.add(vector)
+        self._arrived.append(worker)
+        if len(self._arrived) < self.wanted:
+            return False
+        _, vec = self._code().weights(self._arrived)  # cached per set: decode() reuses it
+        self._good = vec.residual <= self.tol
+        if not self._good and len(self._arrived) == self.wanted:
+            self.extended_rounds += 1
+        return self._good or len(self._arrived) == self._code().n
 
     def decode(self) -> Estimate:
         code = self._code()
-        if not self._started or not self._buffer.full:
+        if not self._started or len(self._arrived) < self.wanted:
             raise DecodeError(f"cyclic: {len(self._arrived)} of {self.wanted} arrivals")
         a, vec = code.weights(self._arrived)
         self.last_residual = vec.residual
@@ -166,7 +181,8 @@ class CyclicRepetition(Policy):
             raise DecodeError(
                 f"cyclic: decode residual max|a^T B_F - 1^T| = {vec.residual:.3g} exceeds "
                 f"tol={self.tol:g} for survivors {list(vec.workers)} (condition number "
-                f"{vec.condition:.3g}); use h=orthonormal, a smaller s, or a group code"
+                f"{vec.condition:.3g}), and no other worker is left to wait for; use "
+                "h=orthonormal, a smaller s, or a group code"
             )
         gradient: np.ndarray = a @ self._buffer.rows()
         return Estimate(gradient, tuple(self._arrived), exact=True, residual=vec.residual)
@@ -175,4 +191,6 @@ class CyclicRepetition(Policy):
         if self.code is None:
             return True
         pending = len(outstanding - set(self._arrived))
+        if len(self._arrived) >= self.wanted and not self._good:
+            return pending > 0  # waiting past n-s for a better-conditioned set
         return len(self._arrived) + pending >= self.wanted

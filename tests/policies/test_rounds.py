@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -73,13 +74,67 @@ def test_cyclic_residual_reported_and_refused_above_tolerance() -> None:
     est = run_round(policy, msgs, [7, 0, 3, 4, 1, 6], DIM)
     assert 0.0 < est.residual <= policy.tol
     assert est.residual == policy.last_residual and policy.last_condition > 1.0
-    # The same arrivals with a tolerance below the achievable residual: a counted error.
-    policy.tol = est.residual / 10
-    with pytest.raises(DecodeError, match="exceeds tol"):
-        run_round(policy, msgs, [7, 0, 3, 4, 1, 6], DIM, t=1)
+    assert policy.extended_rounds == 0
+    # A tolerance no set reaches: the round waits past n-s for every worker, then the
+    # decode is refused and counted, never a wrong step.
+    policy.tol = 1e-300
+    policy.begin_round(1, np.zeros(DIM))
+    offered = [policy.offer(w, msgs[w]) for w in [7, 0, 3, 4, 1, 6, 2, 5]]
+    assert offered == [False] * 7 + [True]
+    assert policy.extended_rounds == 1
+    with pytest.raises(DecodeError, match=r"exceeds tol.*no other worker is left"):
+        policy.decode()
     assert policy.residual_errors == 1
-    # The decoding vector was cached for that set (no second solve).
+    # The decoding vector of a set is cached (offer() solved it, decode() reused it).
     assert policy.code is not None and policy.code.cache.hits >= 1
+
+
+# n = 4, s = 1 (worker i holds partitions i and i+1 mod 4), with a B chosen so that three
+# of the four survivor sets of size n - s cannot decode (rows 0-2 each sum to zero, so any
+# set of them misses the all-ones vector) while the fourth, and all four rows, can.
+DEGENERATE_B = np.array(
+    [
+        [1.0, -1.0, 0.0, 0.0],
+        [0.0, 1.0, -1.0, 0.0],
+        [0.0, 0.0, 1.0, -1.0],
+        [1.0, 0.0, 0.0, 1.0],
+    ]
+)
+DECODES_AT_N_MINUS_S = {frozenset({0, 2, 3})}
+
+
+def _degenerate_cyclic() -> CyclicRepetition:
+    policy, _ = planned("cyclic", 4, {"s": 1})
+    assert isinstance(policy, CyclicRepetition) and policy.code is not None
+    policy.code.B = DEGENERATE_B  # nothing decoded yet: the cache is empty
+    return policy
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
+def test_cyclic_waits_past_n_minus_s_when_the_first_arrivals_cannot_decode(
+    order: tuple[int, ...],
+) -> None:
+    policy = _degenerate_cyclic()
+    grads = np.random.default_rng(5).standard_normal((4, DIM))
+    msgs = [DEGENERATE_B[i] @ grads for i in range(4)]  # what worker i would send
+    est = run_round(policy, msgs, order, DIM)
+    good_early = frozenset(order[:3]) in DECODES_AT_N_MINUS_S
+    assert len(est.workers_used) == (3 if good_early else 4)
+    assert policy.extended_rounds == (0 if good_early else 1)
+    assert est.exact and est.residual <= policy.tol
+    assert relative_error(est.gradient, grads.sum(axis=0)) < 1e-12
+
+
+def test_cyclic_waiting_past_n_minus_s_is_infeasible_once_no_one_is_left() -> None:
+    policy = _degenerate_cyclic()
+    grads = np.random.default_rng(5).standard_normal((4, DIM))
+    policy.begin_round(0, np.zeros(DIM))
+    for w in (0, 1, 2):
+        assert not policy.offer(w, DEGENERATE_B[w] @ grads)
+    assert policy.feasible(frozenset({3}))  # worker 3 can still complete the round
+    assert not policy.feasible(frozenset())  # lost: the coordinator fails the round clearly
+    with pytest.raises(DecodeError, match="exceeds tol"):
+        policy.decode()
 
 
 def test_polynomial_residual_refused_above_tolerance() -> None:
