@@ -18,6 +18,7 @@ from services.errors import ConfigError
 from services.stragglers.base import StragglerModel
 from services.stragglers.models import (
     ExponentialDelay,
+    FailStop,
     FixedDelay,
     NoDelay,
     ParetoDelay,
@@ -30,6 +31,7 @@ from services.stragglers.models import (
 __all__ = [
     "STRAGGLER_MODELS",
     "ExponentialDelay",
+    "FailStop",
     "FixedDelay",
     "NoDelay",
     "Param",
@@ -117,6 +119,14 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
             Param("factor", float, 5.0, "slow-down κ >= 1 (extra delay (κ−1)·compute time)"),
         ),
     ),
+    "fail-stop": StragglerInfo(
+        "count workers, chosen once from the seed, stop answering from round start on "
+        "(infinite delay: they hang, the job goes on only if the policy tolerates them)",
+        (
+            Param("count", int, 1, "failed workers, 0..n"),
+            Param("start", int, 0, "the first round they do not answer, >= 0"),
+        ),
+    ),
     "trace": StragglerInfo(
         "replay recorded per-worker per-round delays",
         (
@@ -156,6 +166,10 @@ def _build_slowdown(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
     return SlowdownDelay(o["count"], o["factor"], seed=seed, n_workers=n)
 
 
+def _build_fail_stop(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return FailStop(o["count"], o["start"], seed=seed, n_workers=n)
+
+
 def _build_trace(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
     return TraceDelay(o["path"], n_workers=n, cycle=o["cycle"])
 
@@ -167,6 +181,7 @@ _BUILDERS: dict[str, Callable[[Mapping[str, Any], int, int], StragglerModel]] = 
     "pareto": _build_pareto,
     "fixed": _build_fixed,
     "slowdown": _build_slowdown,
+    "fail-stop": _build_fail_stop,
     "trace": _build_trace,
 }
 

@@ -221,6 +221,44 @@ class SlowdownDelay(_ChosenWorkers):
         return (self.factor - 1.0) * compute_seconds * self._value(worker, round)
 
 
+class FailStop:
+    """``count`` workers stop answering from round ``start`` on: their delay is infinite.
+
+    The workers are chosen once for the job (not per round) from the seed, on a stream
+    of their own, so every process and the simulator agree on who fails. A failed
+    worker still receives θ and computes, but its result never leaves: the coordinator
+    cancels it each round once the round decodes without it, and a policy that needs
+    it waits until ``job.round_timeout`` fails the job (in a real run and in the
+    simulator alike). This is a worker that hangs, not one that disconnects; killing
+    the process tests the latter.
+    """
+
+    name: ClassVar[str] = "fail-stop"
+    STREAM: ClassVar[int] = 0x6661696C  # "fail": independent of the per-round draws
+
+    def __init__(self, count: int, start: int = 0, *, seed: int, n_workers: int) -> None:
+        if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+            raise ConfigError(f"the straggler seed must be an integer >= 0, got {seed!r}")
+        if isinstance(n_workers, bool) or int(n_workers) != n_workers or n_workers < 1:
+            raise ConfigError(f"n_workers must be an integer >= 1, got {n_workers!r}")
+        self.count = _check_count(self.name, count, int(n_workers))
+        if isinstance(start, bool) or int(start) != start or start < 0:
+            raise ConfigError(
+                f"straggler model {self.name!r}: start must be a round number >= 0, got {start!r}"
+            )
+        self.start = int(start)
+        self.n_workers = int(n_workers)
+        rng = np.random.default_rng([int(seed), STREAM, self.STREAM])
+        chosen = rng.choice(self.n_workers, size=self.count, replace=False)
+        self.failed: tuple[int, ...] = tuple(sorted(int(w) for w in chosen))
+        self._failed = frozenset(self.failed)
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        if not 0 <= worker < self.n_workers:
+            raise ValueError(f"worker {worker} out of range 0..{self.n_workers - 1}")
+        return math.inf if round >= self.start and worker in self._failed else 0.0
+
+
 class TraceDelay:
     """Replays recorded delays: row = round, column = worker.
 

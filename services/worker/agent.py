@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import random
 import socket
@@ -452,8 +453,11 @@ class WorkerAgent:
             delay = float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
         upload = job.lazy.should_upload(result.payload, params)
         if delay > 0:
-            self.delay_seconds_total += delay
-            await asyncio.sleep(delay)  # cancelled at once by a Cancel
+            if math.isfinite(delay):
+                self.delay_seconds_total += delay
+            # Cancelled at once by a Cancel. An infinite delay (fail-stop) never ends
+            # otherwise: this worker's result for the round never leaves.
+            await asyncio.sleep(delay)
         if not upload:
             self.uploads_skipped += 1
             message = pb.WorkerMessage()

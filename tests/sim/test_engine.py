@@ -11,7 +11,7 @@ from services.errors import ConfigError, JobFailed
 from services.job import Component, JobConfig
 from services.sim import CostModel, Simulator, simulate
 from services.sim.cost import downlink_times, uplink_arrivals
-from services.stragglers import create_straggler_model
+from services.stragglers import FailStop, create_straggler_model
 
 SYNTH = Component("synthetic", {"rows": 400, "dim": 10})
 
@@ -113,6 +113,23 @@ def test_round_timeout_fails_like_a_real_job() -> None:
     config = job(round_timeout=0.5, stragglers=Component("fixed", {"count": 1, "delay": 1.0}))
     with pytest.raises(JobFailed, match=r"round_timeout=0\.5"):
         simulate(config, CostModel.ideal())
+
+
+def test_fail_stop_workers_are_left_out_or_fail_the_job_like_a_real_one() -> None:
+    stragglers = Component("fail-stop", {"count": 1, "start": 2})
+    model = create_straggler_model("fail-stop", stragglers.options, seed=3, n_workers=4)
+    assert isinstance(model, FailStop)
+    (dead,) = model.failed
+    tolerant = simulate(
+        job(policy=Component("ignore-stragglers", {"s": 1}), stragglers=stragglers),
+        CostModel.ideal(),
+    )
+    assert len(tolerant.records) == 6
+    assert all(dead not in r.workers_used for r in tolerant.records[2:])
+    assert all(len(r.workers_used) == 3 for r in tolerant.records)
+    # uncoded needs every worker: it waits for the hung one until the round times out.
+    with pytest.raises(JobFailed, match=r"round 2 was not decodable within job\.round_timeout"):
+        simulate(job(stragglers=stragglers, round_timeout=5.0), CostModel.ideal())
 
 
 def test_target_loss_stops_early() -> None:

@@ -19,7 +19,7 @@ from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
 from services.reports import RoundRecord
 from services.sim import CostModel, Simulator
-from services.stragglers import create_straggler_model
+from services.stragglers import FailStop, create_straggler_model
 from tests.conftest import WorkerProcesses
 
 SYNTH = Component("synthetic", {"rows": 600, "dim": 12})
@@ -120,6 +120,32 @@ async def test_simulated_and_real_runs_produce_the_same_thetas(
         used_delay = max(STEP * ((w + t) % n) for w in record.workers_used)
         assert record.wait_seconds >= used_delay
         assert real_records[t].wait_seconds >= used_delay
+
+
+async def test_fail_stop_leaves_the_same_worker_out_of_real_and_simulated_runs(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    # One of 3 workers hangs from round 0: ignore-stragglers (s = 1) decodes every round
+    # from the other two, in both runs, so the sums (two terms) agree bit for bit.
+    config = JobConfig(
+        workers=3,
+        rounds=4,
+        seed=5,
+        data=SYNTH,
+        model=Component("logistic", {"l2": 1e-3}),
+        policy=Component("ignore-stragglers", {"s": 1}),
+        stragglers=Component("fail-stop", {"count": 1}),
+    )
+    real, real_records = await real_thetas(coordinator, worker_processes, config)
+    simulated, sim_records = sim_thetas(config)
+    model = create_straggler_model("fail-stop", {"count": 1}, seed=5, n_workers=3)
+    assert isinstance(model, FailStop)
+    dead = model.failed
+    for t in range(config.rounds):
+        np.testing.assert_array_equal(simulated[t], real[t], err_msg=f"round {t}")
+        assert real_records[t].workers_used == sim_records[t].workers_used
+        assert set(dead).isdisjoint(real_records[t].workers_used)
+        assert real_records[t].cancelled == 1  # the hung worker is cancelled each round
 
 
 async def test_a_real_run_records_a_trace_the_simulator_replays(tmp_path: Path) -> None:

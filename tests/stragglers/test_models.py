@@ -12,6 +12,7 @@ import pytest
 from services.errors import ConfigError, DataError
 from services.stragglers import (
     STRAGGLER_MODELS,
+    FailStop,
     FixedDelay,
     StragglerModel,
     create_straggler_model,
@@ -126,6 +127,24 @@ def test_fixed_chosen_workers_are_reported() -> None:
     assert [model.delay(w, 7, 0.0, 1.0) > 0 for w in range(5)] == [w in chosen for w in range(5)]
 
 
+def test_fail_stop_hangs_the_same_seeded_workers_from_start_on() -> None:
+    model = _make("fail-stop", count=3, start=4)
+    assert isinstance(model, FailStop)
+    delays = _samples(model, rounds=10)
+    assert not delays[:4].any()  # before start: everyone answers
+    failed = [w for w in range(N_WORKERS) if np.isinf(delays[4:, w]).all()]
+    assert failed == list(model.failed) and len(failed) == 3
+    others = [w for w in range(N_WORKERS) if w not in failed]
+    assert not delays[:, others].any()  # the same workers every round, the rest never
+    # Chosen from the seed: the same in every process, and not always the same workers.
+    assert _make("fail-stop", count=3).failed == model.failed
+    picks = {
+        create_straggler_model("fail-stop", {"count": 3}, seed=s, n_workers=N_WORKERS).failed
+        for s in range(10)
+    }
+    assert len(picks) > 1
+
+
 def test_trace_replay_json(tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"delays": [[0.1, 0.2], [0.3, None]]}))
@@ -199,6 +218,9 @@ def test_missing_trace_file(tmp_path: Path) -> None:
         ("slowdown", {"factor": 0.5}, "factor"),
         ("slowdown", {"count": True}, "count"),
         ("trace", {"path": "x.json", "cycle": "maybe"}, "cycle must be bool"),
+        ("fail-stop", {"count": 9}, "0..8"),
+        ("fail-stop", {"start": -1}, "start must be a round number >= 0"),
+        ("fail-stop", {"start": 1.5}, "start must be int"),
     ],
 )
 def test_bad_options(name: str, options: dict[str, Any], match: str) -> None:
@@ -226,6 +248,7 @@ def test_string_options_are_coerced_and_help_lists_every_model() -> None:
         "pareto",
         "fixed",
         "slowdown",
+        "fail-stop",
         "trace",
     }
     for info in STRAGGLER_MODELS.values():
