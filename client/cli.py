@@ -39,7 +39,8 @@ from services.reports import RoundRecord, write_results
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 EPILOG = (
     "Every --flag-name also reads its default from the environment variable "
-    "CODEDGD_FLAG_NAME (a flag on the command line wins). "
+    "CODEDGD_FLAG_NAME (a flag on the command line wins), except --verbose and the "
+    "repeatable --param, --data-opt and --straggler-opt. "
     "Documentation: README.md and docs/ in the codedgd repository."
 )
 ENV_PREFIX = "CODEDGD_"
@@ -81,8 +82,8 @@ def apply_env_defaults(
                     raise ConfigError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no")
                 action.default = raw.strip().lower() in _TRUE
                 continue
-            if action.nargs not in (None, "?"):
-                continue  # list-valued flags (e.g. --param) stay command-line only
+            if isinstance(action, argparse._AppendAction) or action.nargs not in (None, "?"):
+                continue  # repeatable and list-valued flags (e.g. --param): command line only
             try:
                 action.default = action.type(raw) if callable(action.type) else raw
             except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
@@ -123,7 +124,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         help="number of data partitions k (default: the policy's choice, k = n)",
     )
-    g.add_argument("--target-loss", type=float, help="stop once the training objective is below")
+    g.add_argument(
+        "--target-loss", type=float, help="stop once the training objective is at or below this"
+    )
     g.add_argument("--eval-every", type=int, help="evaluate loss/metric every N rounds (default 1)")
     g.add_argument(
         "--round-timeout",
@@ -156,7 +159,12 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         "test_fraction; lag-synthetic: workers, dim, growth, noise; real: test_fraction)",
     )
     g.add_argument("--model", "-m", help="model: logistic (default) or least-squares")
-    g.add_argument("--l2", type=float, help="L2 regularization λ (default 1e-4)")
+    g.add_argument(
+        "--l2",
+        type=float,
+        help="L2 regularization λ (default 1e-4 with the default logistic model; 0 when "
+        "--model or the job file's [model] names a model without l2)",
+    )
     g.add_argument("--lr", help='step size, a number or "auto" = 1/L (default auto)')
     g.add_argument(
         "--schedule", help="step-size schedule: constant, inverse-sqrt, inverse-time, step"

@@ -13,9 +13,10 @@ import contextlib
 import os
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from services import allocator
 from services.coordinator.server import CoordinatorServer
 from services.errors import JobFailed
 from services.job import JobConfig
@@ -28,6 +29,19 @@ SINGLE_THREAD_ENV = {
     "MKL_NUM_THREADS": "1",
     "NUMEXPR_NUM_THREADS": "1",
 }
+
+
+def worker_environment(environ: Mapping[str, str], token: str) -> dict[str, str]:
+    """The environment of the worker processes `codedgd run` starts.
+
+    Workers get every setting as an argument: a CODEDGD_* variable meant for the
+    coordinator (a metrics port, say) must not leak into them. The malloc switch is a
+    property of every process, not a flag, so it passes through.
+    """
+    env = {k: v for k, v in environ.items() if not k.startswith("CODEDGD_") or k == allocator.ENV}
+    env.update(SINGLE_THREAD_ENV)
+    env[TOKEN_ENV] = token
+    return env
 
 
 @dataclass(frozen=True)
@@ -64,11 +78,7 @@ async def run_local(
     try:
         job = server.service.submit(config)
         job.on_record = on_record
-        # Workers get every setting as an argument; a CODEDGD_* variable meant for the
-        # coordinator (a metrics port, say) must not leak into them.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEDGD_")}
-        env.update(SINGLE_THREAD_ENV)
-        env[TOKEN_ENV] = token
+        env = worker_environment(os.environ, token)
         sink = log_file if log_file is not None else asyncio.subprocess.DEVNULL
         for i in range(config.workers):
             args = [

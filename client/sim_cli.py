@@ -110,7 +110,8 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--ideal",
         action="store_true",
         help="no compute, communication or decode time: only the straggler delays "
-        "(the setting of the closed forms in SCHEMES.md); overrides the flags above",
+        "(the setting of the closed forms in services/sim/closed_forms.py); "
+        "overrides the flags above",
     )
     t = p.add_argument_group("replaying a recorded run")
     t.add_argument(
@@ -236,7 +237,8 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--target-loss",
         type=float,
         help="target training loss of the time-to-target column (default: the jobs' "
-        "shared target_loss, else the lowest loss every run reaches)",
+        "shared target_loss, else 95 %% of the way from the first loss to the lowest loss "
+        "every run reaches)",
     )
     p.add_argument(
         "--baseline",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from client.cli import apply_env_defaults, build_parser, env_name, job_from_args
+from client.local import worker_environment
 from services.errors import ConfigError
+from services.security import TOKEN_ENV
 
 
 def parse(env: dict[str, str], *argv: str):  # type: ignore[no-untyped-def]
@@ -46,3 +48,22 @@ def test_bad_env_value_names_the_variable() -> None:
         parse({"CODEDGD_METRICS_PORT": "abc"}, "worker")
     with pytest.raises(ConfigError, match="CODEDGD_NO_RECONNECT"):
         parse({"CODEDGD_NO_RECONNECT": "maybe"}, "worker")
+
+
+def test_repeatable_flags_ignore_the_environment() -> None:
+    # --param/--data-opt/--straggler-opt are command-line only: a variable of the same
+    # name neither breaks parsing nor leaks into the job.
+    env = {"CODEDGD_PARAM": "s=2", "CODEDGD_DATA_OPT": "rows=9", "CODEDGD_STRAGGLER_OPT": "x=1"}
+    args = parse(env, "submit", "--policy", "ignore-stragglers", "--param", "s=1")
+    job = job_from_args(args)
+    assert job.policy.options == {"s": 1}
+    assert job_from_args(parse(env, "submit")).policy.options == {}
+
+
+def test_codedgd_run_workers_get_no_coordinator_variables_but_the_malloc_switch() -> None:
+    environ = {"CODEDGD_METRICS_PORT": "9100", "CODEDGD_MALLOC_TUNING": "0", "HOME": "/root"}
+    env = worker_environment(environ, token="t0k")
+    assert "CODEDGD_METRICS_PORT" not in env  # would make every worker bind the same port
+    assert env["CODEDGD_MALLOC_TUNING"] == "0"  # a per-process setting: every process obeys
+    assert env["HOME"] == "/root" and env["OPENBLAS_NUM_THREADS"] == "1"
+    assert env[TOKEN_ENV] == "t0k"

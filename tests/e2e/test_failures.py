@@ -70,6 +70,27 @@ async def test_killed_worker_fails_uncoded_clearly_and_coordinator_keeps_serving
     assert await _finish(coordinator, survivor_job.id) == "done"
 
 
+async def test_hung_worker_fails_uncoded_at_the_round_timeout_and_its_next_job_runs(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    # fail-stop: one worker (chosen from the seed) computes but never answers from round 2.
+    worker_processes.start(coordinator.port, 3)
+    config = JobConfig(
+        workers=3,
+        rounds=10,
+        round_timeout=2.0,
+        data=SYNTH,
+        stragglers=Component("fail-stop", {"count": 1, "start": 2}),
+    )
+    job = coordinator.service.submit(config)
+    assert await _finish(coordinator, job.id) == "failed"
+    assert len(job.records) == 2
+    assert "round 2 was not decodable within job.round_timeout=2 s" in job.error
+    # The hung worker was told the job ended: it takes the next job like the others.
+    again = coordinator.service.submit(JobConfig(workers=3, rounds=3, data=SYNTH))
+    assert await _finish(coordinator, again.id) == "done"
+
+
 async def test_late_result_of_an_old_round_is_dropped(
     coordinator: CoordinatorServer, worker_processes: WorkerProcesses
 ) -> None:
