@@ -134,6 +134,12 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds a round may wait before the job fails (default 300)",
     )
     g.add_argument(
+        "--replace-timeout",
+        type=float,
+        help="seconds a round that lost a worker it cannot do without waits for a new "
+        "worker to connect and take its place (default 0: the job fails at once)",
+    )
+    g.add_argument(
         "--policy", "-p", help="aggregation policy (default uncoded; see `codedgd policies`)"
     )
     g.add_argument(
@@ -196,6 +202,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig:
         ("target_loss", "target_loss"),
         ("eval_every", "eval_every"),
         ("round_timeout", "round_timeout"),
+        ("replace_timeout", "replace_timeout"),
     ):
         value = getattr(args, flag)
         if value is not None:

@@ -36,6 +36,7 @@ without data; the coordinator checks the rest (policy plan, dataset) on submit.
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,9 @@ class JobConfig:
     target_loss: float | None = None
     eval_every: int = 1  # evaluate loss and held-out metric every this many rounds
     round_timeout: float = 300.0  # seconds a round may wait for decodability before failing
+    # Seconds a round that lost a worker it cannot decode without waits for a replacement
+    # worker to connect and take the lost worker's place (0: the job fails at once).
+    replace_timeout: float = 0.0
     data: Component = field(default_factory=lambda: Component("synthetic"))
     model: Component = field(default_factory=lambda: Component("logistic", {"l2": 1e-4}))
     policy: Component = field(default_factory=lambda: Component("uncoded"))
@@ -86,6 +90,15 @@ class JobConfig:
                 "job.round_timeout must be a positive number of seconds, "
                 f"got {self.round_timeout!r}"
             )
+        if (
+            isinstance(self.replace_timeout, bool)
+            or not isinstance(self.replace_timeout, int | float)
+            or not 0 <= self.replace_timeout < math.inf
+        ):
+            raise ConfigError(
+                "job.replace_timeout must be a number of seconds >= 0 (0: fail at once), "
+                f"got {self.replace_timeout!r}"
+            )
         if self.target_loss is not None and not isinstance(self.target_loss, int | float):
             raise ConfigError(f"job.target_loss must be a number, got {self.target_loss!r}")
 
@@ -99,6 +112,7 @@ class JobConfig:
             "partitions": self.partitions,
             "eval_every": self.eval_every,
             "round_timeout": self.round_timeout,
+            "replace_timeout": self.replace_timeout,
         }
         if self.target_loss is not None:
             job["target_loss"] = self.target_loss
@@ -135,6 +149,7 @@ class JobConfig:
             "target_loss",
             "eval_every",
             "round_timeout",
+            "replace_timeout",
         }
         bad = set(job) - known_job
         if bad:
@@ -150,6 +165,7 @@ class JobConfig:
             target_loss=job.get("target_loss"),
             eval_every=job.get("eval_every", 1),
             round_timeout=job.get("round_timeout", 300.0),
+            replace_timeout=job.get("replace_timeout", 0.0),
             data=_component(doc, "data", "synthetic"),
             model=_component(doc, "model", "logistic", {"l2": 1e-4}),
             policy=_component(doc, "policy", "uncoded"),

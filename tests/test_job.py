@@ -45,6 +45,8 @@ def test_toml_file(tmp_path: Path) -> None:
         ({"job": {"workers": "4"}}, "job.workers must be an integer"),
         ({"job": {"rounds": 2.5}}, "job.rounds"),
         ({"job": {"round_timeout": -1}}, "round_timeout"),
+        ({"job": {"replace_timeout": -1}}, "job.replace_timeout must be a number of seconds >= 0"),
+        ({"job": {"replace_timeout": "1m"}}, "replace_timeout"),
         ({"policy": "uncoded"}, "must be a table"),
         ({"policy": {"name": 3}}, "name must be a string"),
     ],
@@ -57,3 +59,10 @@ def test_bad_documents(doc: dict[str, object], message: str) -> None:
 def test_bad_json() -> None:
     with pytest.raises(ConfigError, match="not valid JSON"):
         JobConfig.from_json("{")
+
+
+def test_replace_timeout_travels_with_the_job() -> None:
+    job = JobConfig.from_dict({"job": {"replace_timeout": 30}})
+    assert job.replace_timeout == 30
+    assert JobConfig.from_json(job.to_json()).replace_timeout == 30
+    assert JobConfig().replace_timeout == 0.0  # by default a lost worker fails the round

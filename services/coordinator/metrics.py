@@ -130,6 +130,11 @@ class CoordinatorMetrics:
         self.jobs = Counter(
             "codedgd_jobs_total", "Jobs finished, by final state.", ["state"], registry=r
         )
+        self.replacements = Counter(
+            "codedgd_workers_replaced_total",
+            "Lost workers whose place a newly connected worker took during a job.",
+            registry=r,
+        )
         self.assignment_bytes = Counter(
             "codedgd_assignment_bytes_total",
             "Bytes of plans and training rows sent to workers at job start.",

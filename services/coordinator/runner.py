@@ -9,9 +9,12 @@ the workers still busy get Cancel{t}; the estimate is decoded (in a thread for
 large ℓ), the optimizer steps, and a :class:`RoundRecord` is published.
 
 A result of an earlier round is counted and dropped, never mixed in. A worker
-that sends a malformed result is disconnected and treated as lost. When a lost
-worker makes the round undecodable (``policy.feasible``), the job fails with an
-error naming the worker: the coordinator keeps serving other jobs.
+that sends a malformed result is disconnected and treated as lost. A worker that
+connects while the job has lost workers takes the place of one (its assignment
+and data, then θ of the round in progress if that round still needs it). When a
+lost worker makes the round undecodable (``policy.feasible``), the round waits
+``job.replace_timeout`` seconds for such a replacement, then the job fails with
+an error naming the worker: the coordinator keeps serving other jobs.
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ class _Lost:
 
 
 @dataclass
+class _Replaced:
+    worker: int  # the index a newly connected worker now holds
+
+
+@dataclass
 class Prepared:
     """What a job needs before its first round (built off the event loop)."""
 
@@ -131,7 +139,7 @@ class JobRun:
     theta: np.ndarray | None = None
     on_record: Callable[[RoundRecord], None] | None = None
     _workers: list[WorkerSession] = field(default_factory=list)
-    _events: asyncio.Queue[_Arrival | _Lost] = field(default_factory=asyncio.Queue)
+    _events: asyncio.Queue[_Arrival | _Lost | _Replaced] = field(default_factory=asyncio.Queue)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _partials: dict[int, _Partial] = field(default_factory=dict)
     _payload_len: list[int] = field(default_factory=list)
@@ -144,6 +152,9 @@ class JobRun:
     _acks: dict[int, asyncio.Future[str]] = field(default_factory=dict)
     _last_decode: float = math.inf
     _pool: BufferPool = field(default_factory=lambda: BufferPool(0))
+    _retired: set[int] = field(default_factory=set)  # ids of sessions this job lost
+    _candidates: dict[int, WorkerSession] = field(default_factory=dict)  # index → joining
+    _vacancy: asyncio.Event = field(default_factory=asyncio.Event)  # set while any is lost
 
     # ------------------------------------------------------------ events from sessions
 
@@ -215,14 +226,22 @@ class JobRun:
 
     def lose(self, session: WorkerSession, reason: str) -> None:
         """A worker of this job disconnected, failed, or was thrown out."""
-        if session.index in self._lost:
+        index = session.index
+        future = self._acks.get(index)
+        if self._candidates.get(index) is session:
+            # A replacement lost before it acknowledged: its place stays vacant.
+            if future is not None and not future.done():
+                future.set_result(f"disconnected: {reason}")
             return
-        self._lost.add(session.index)
+        if index < 0 or index in self._lost or self._workers[index] is not session:
+            return  # not (or no longer) one of this job's workers
+        self._lost.add(index)
+        self._retired.add(session.id)
+        self._vacancy.set()
         self.metrics.stragglers.labels("lost").inc()
-        future = self._acks.get(session.index)
         if future is not None and not future.done():
             future.set_result(f"disconnected: {reason}")
-        self._events.put_nowait(_Lost(session.index, reason))
+        self._events.put_nowait(_Lost(index, reason))
 
     # ------------------------------------------------------------ watchers
 
@@ -247,7 +266,12 @@ class JobRun:
             await self._assign(prepared)
             self.state = "running"
             self._publish()
-            await self._rounds(prepared)
+            replacer = asyncio.create_task(self._replace_lost(prepared))
+            replacer.add_done_callback(_log_crash)
+            try:
+                await self._rounds(prepared)
+            finally:
+                replacer.cancel()
             self.state = "done"
         except asyncio.CancelledError:
             self.state = "cancelled"
@@ -293,45 +317,8 @@ class JobRun:
             session.job_id = self.id
             session.index = index
             self._acks[index] = loop.create_future()
-        ds = prepared.dataset
         for index, session in enumerate(self._workers):
-            wp = plan.workers[index]
-            coeff = next(tensor_chunks("coefficients", wp.coefficients.astype(np.float64)))
-            # A worker started with --data-dir loads real datasets itself (no data on the
-            # wire); the fingerprints let it prove it holds the rows planned here.
-            from_disk = session.has_data_dir and not is_generated(self.config.data.name)
-            options = dict(wp.options)
-            parts = {p: take_rows(ds.X_train, prepared.blocks[p]) for p in wp.partitions}
-            if from_disk:
-                for p in wp.partitions:
-                    key = f"{FINGERPRINT_PREFIX}{p}"
-                    options[key] = fingerprint(parts[p], ds.y_train[prepared.blocks[p]])
-            assignment = pb.CoordinatorMessage(
-                assignment=pb.Assignment(
-                    job_id=self.id,
-                    worker_index=index,
-                    n_workers=n,
-                    job_json=job_json,
-                    partitions=list(wp.partitions),
-                    coefficients=coeff,
-                    chunks=wp.chunks,
-                    dim=dim,
-                    inline_data=not from_disk,
-                    options=options,
-                    n_partitions=plan.n_partitions,
-                )
-            )
-            session.send(assignment)
-            self.metrics.assignment_bytes.inc(assignment.ByteSize())
-            for p in wp.partitions if not from_disk else ():
-                messages = _partition_messages(
-                    self.id, p, parts[p], ds.y_train[prepared.blocks[p]], self.chunk_bytes
-                )
-                for message in messages:
-                    session.send(message)
-                    self.metrics.assignment_bytes.inc(len(message))
-                    await asyncio.sleep(0)
-            session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.id)))
+            await self._send_assignment(index, session, prepared, job_json)
         for index, future in self._acks.items():
             try:
                 error = await asyncio.wait_for(future, timeout=self.assign_timeout)
@@ -339,6 +326,105 @@ class JobRun:
                 error = f"no acknowledgement within {self.assign_timeout:.0f} s"
             if error:
                 raise JobFailed(f"{self._workers[index].label} cannot take its assignment: {error}")
+
+    async def _send_assignment(
+        self, index: int, session: WorkerSession, prepared: Prepared, job_json: str
+    ) -> None:
+        """Queue worker ``index``'s Assignment, its partitions' rows and AssignmentEnd."""
+        plan, ds = prepared.plan, prepared.dataset
+        n, dim = self.config.workers, ds.dim
+        wp = plan.workers[index]
+        coeff = next(tensor_chunks("coefficients", wp.coefficients.astype(np.float64)))
+        # A worker started with --data-dir loads real datasets itself (no data on the
+        # wire); the fingerprints let it prove it holds the rows planned here.
+        from_disk = session.has_data_dir and not is_generated(self.config.data.name)
+        options = dict(wp.options)
+        parts = {p: take_rows(ds.X_train, prepared.blocks[p]) for p in wp.partitions}
+        if from_disk:
+            for p in wp.partitions:
+                key = f"{FINGERPRINT_PREFIX}{p}"
+                options[key] = fingerprint(parts[p], ds.y_train[prepared.blocks[p]])
+        assignment = pb.CoordinatorMessage(
+            assignment=pb.Assignment(
+                job_id=self.id,
+                worker_index=index,
+                n_workers=n,
+                job_json=job_json,
+                partitions=list(wp.partitions),
+                coefficients=coeff,
+                chunks=wp.chunks,
+                dim=dim,
+                inline_data=not from_disk,
+                options=options,
+                n_partitions=plan.n_partitions,
+            )
+        )
+        session.send(assignment)
+        self.metrics.assignment_bytes.inc(assignment.ByteSize())
+        for p in wp.partitions if not from_disk else ():
+            messages = _partition_messages(
+                self.id, p, parts[p], ds.y_train[prepared.blocks[p]], self.chunk_bytes
+            )
+            for message in messages:
+                session.send(message)
+                self.metrics.assignment_bytes.inc(len(message))
+                await asyncio.sleep(0)
+        session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.id)))
+
+    async def _replace_lost(self, prepared: Prepared) -> None:
+        """Give each lost worker's place to a worker that connects during the job.
+
+        Runs beside the rounds. The newcomer gets the lost worker's assignment and data;
+        once it acknowledges, it holds that index and the round loop hears of it
+        (``_Replaced``). A worker this job already lost is never taken back.
+        """
+        loop = asyncio.get_running_loop()
+        job_json = self.config.to_json()
+        while True:
+            await self._vacancy.wait()
+            if not self._lost:
+                self._vacancy.clear()
+                continue
+            session = await self.sessions.next_idle(lambda s: s.id not in self._retired)
+            if not self._lost:
+                continue
+            index = min(self._lost)
+            session.job_id, session.index = self.id, index
+            self._candidates[index] = session
+            self._acks[index] = loop.create_future()
+            try:
+                await self._send_assignment(index, session, prepared, job_json)
+                try:
+                    error = await asyncio.wait_for(self._acks[index], self.assign_timeout)
+                except TimeoutError:
+                    error = f"no acknowledgement within {self.assign_timeout:.0f} s"
+            except asyncio.CancelledError:  # the job ended while the newcomer joined
+                session.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id)))
+                session.job_id, session.index = None, -1
+                raise
+            finally:
+                del self._candidates[index]
+            if error or session.closed:
+                log.warning(
+                    "job %s: %s cannot take the place of worker %d: %s",
+                    self.id,
+                    session.label,
+                    index,
+                    error or "disconnected",
+                )
+                self._retired.add(session.id)
+                session.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id)))
+                session.job_id, session.index = None, -1
+                continue
+            old = self._workers[index]
+            if old.job_id == self.id and not old.closed:  # still connected: let it go
+                old.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id, reason="lost")))
+            old.job_id, old.index = None, -1
+            self._workers[index] = session
+            self._lost.discard(index)
+            self.metrics.replacements.inc()
+            log.info("job %s: %s took the place of lost worker %d", self.id, session.label, index)
+            self._events.put_nowait(_Replaced(index))
 
     async def _rounds(self, prepared: Prepared) -> None:
         from services.models import objective
@@ -423,8 +509,12 @@ class JobRun:
         self._summing = policy.arrival_sum()
         self._expecting = set(contacted)
         outstanding = set(contacted)
+        vacant = {w for w in spec.workers if w in self._lost}  # wanted, lost, not replaced
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + self.config.round_timeout
+        replace_by: float | None = None  # waiting for a replacement until then
         if not policy.feasible(frozenset(outstanding)):
-            raise JobFailed(self._infeasible_message(t, policy))
+            replace_by = self._await_replacement(t, policy, loop.time())
         # Serialize θ_t once; the same bytes go to every contacted worker.
         frames = []
         for c in chunks("theta", point, self.chunk_bytes):
@@ -452,21 +542,42 @@ class JobRun:
         # Decodable before any arrival: no one contacted, or (lazy policies) enough stale
         # messages count already.
         decodable = policy.feasible(frozenset())
-        loop = asyncio.get_running_loop()
-        deadline_at = loop.time() + self.config.round_timeout
         while not decodable:
             try:
-                async with asyncio.timeout_at(deadline_at):
+                async with asyncio.timeout_at(min(deadline_at, replace_by or math.inf)):
                     event = await self._events.get()
             except TimeoutError:
+                if replace_by is not None and loop.time() >= replace_by:
+                    raise JobFailed(
+                        f"round {t}: no worker took the place of lost worker(s) "
+                        f"{sorted(vacant)} within job.replace_timeout="
+                        f"{self.config.replace_timeout:g} s; " + self._infeasible_message(t, policy)
+                    ) from None
                 raise JobFailed(
                     f"round {t} was not decodable within job.round_timeout="
                     f"{self.config.round_timeout:g} s; still waiting for workers "
                     f"{sorted(outstanding)}"
                 ) from None
+            if isinstance(event, _Replaced):
+                w = event.worker
+                if w in vacant:  # the round still wants this worker: send it θ_t now
+                    vacant.discard(w)
+                    for frame in frames:
+                        self._workers[w].send(frame)
+                    bytes_down += frame_bytes
+                    contacted.append(w)
+                    outstanding.add(w)
+                    if self._summing is not None:
+                        self._expecting.add(w)
+                    if policy.feasible(frozenset(outstanding)):
+                        replace_by = None
+                continue
             if isinstance(event, _Lost):
+                if event.worker in outstanding and event.worker in spec.workers:
+                    vacant.add(event.worker)
                 outstanding.discard(event.worker)
-                partial = self._partials.get(event.worker)
+                self._expecting.discard(event.worker)
+                partial = self._partials.pop(event.worker, None)
                 if (
                     partial is not None
                     and partial.round == t
@@ -479,10 +590,13 @@ class JobRun:
                         "decoded without the rest"
                     )
                 if not policy.feasible(frozenset(outstanding)):
-                    raise JobFailed(
-                        f"worker {event.worker} was lost in round {t} ({event.reason}); "
-                        + self._infeasible_message(t, policy)
-                    )
+                    if self.config.replace_timeout <= 0:
+                        raise JobFailed(
+                            f"worker {event.worker} was lost in round {t} ({event.reason}); "
+                            + self._infeasible_message(t, policy)
+                        )
+                    if replace_by is None:
+                        replace_by = self._await_replacement(t, policy, loop.time())
                 continue
             if event.result.round != t:
                 self._late += 1  # completed after its round had decoded: dropped
@@ -551,6 +665,21 @@ class JobRun:
             self._workers[w].send(cancel)
         self.metrics.stragglers.labels("cancelled").inc(len(workers))
 
+    def _await_replacement(self, t: int, policy: Policy, now: float) -> float:
+        """The time until which round t waits for lost workers' replacements, or fail."""
+        wait = self.config.replace_timeout
+        if wait <= 0:
+            raise JobFailed(self._infeasible_message(t, policy))
+        log.warning(
+            "job %s: round %d cannot decode without lost worker(s) %s; waiting up to %g s "
+            "for new workers to take their place",
+            self.id,
+            t,
+            sorted(self._lost),
+            wait,
+        )
+        return now + wait
+
     def _infeasible_message(self, t: int, policy: Policy) -> str:
         lost = ", ".join(self._workers[w].label for w in sorted(self._lost)) or "none"
         return (
@@ -558,6 +687,11 @@ class JobRun:
             f"[{lost}]. Use a straggler-tolerant policy (e.g. ignore-stragglers, frc, cyclic) "
             "or restart the job with all workers up."
         )
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("replacing lost workers stopped", exc_info=task.exception())
 
 
 def prepare(config: JobConfig, data_dir: str | None) -> Prepared:

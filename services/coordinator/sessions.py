@@ -94,3 +94,13 @@ class Sessions:
         async with self._changed:
             await asyncio.wait_for(self._changed.wait_for(enough), timeout=timeout)
         return sorted(self.idle(), key=lambda s: s.id)[:n]
+
+    async def next_idle(self, accept: Callable[[WorkerSession], bool]) -> WorkerSession:
+        """Wait for an idle worker that ``accept`` takes; return the first to have connected."""
+
+        def ready() -> list[WorkerSession]:
+            return sorted((s for s in self.idle() if accept(s)), key=lambda s: s.id)
+
+        async with self._changed:
+            await self._changed.wait_for(lambda: bool(ready()))
+        return ready()[0]
