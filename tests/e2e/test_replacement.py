@@ -7,6 +7,7 @@ import signal
 
 import numpy as np
 
+from services.coordinator.runner import JobRun
 from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
 from tests.conftest import WorkerProcesses
@@ -14,16 +15,29 @@ from tests.e2e.fakes import wait_for
 from tests.e2e.test_training import SYNTH, reference_gd
 
 
-async def _finished(job: object, timeout: float = 120) -> None:
+async def _finished(job: JobRun, timeout: float = 120) -> None:
     async def until() -> None:
-        while not job.finished:  # type: ignore[attr-defined]
-            await job.wait_change()  # type: ignore[attr-defined]
+        while not job.finished:
+            await job.wait_change()
 
     await asyncio.wait_for(until(), timeout)
 
 
-def _kill(procs: list, name: str) -> None:  # type: ignore[type-arg]
+async def _kill_one_after(
+    coordinator: CoordinatorServer,
+    workers: WorkerProcesses,
+    config: JobConfig,
+    rounds: int,
+    index: int,
+) -> JobRun:
+    """Start 3 workers and the job; after ``rounds`` rounds, SIGKILL worker ``index``."""
+    procs = workers.start(coordinator.port, 3)
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: len(job.records) >= rounds, timeout=90)
+    name = job._workers[index].name
     next(p for p in procs if p.args[-1] == name).send_signal(signal.SIGKILL)
+    await wait_for(lambda: index in job._lost, timeout=30)
+    return job
 
 
 async def test_uncoded_waits_for_a_replacement_and_ends_with_the_exact_theta(
@@ -38,12 +52,7 @@ async def test_uncoded_waits_for_a_replacement_and_ends_with_the_exact_theta(
         replace_timeout=60.0,
         stragglers=Component("exponential", {"mean": 0.01}),
     )
-    procs = worker_processes.start(coordinator.port, 3)
-    job = coordinator.service.submit(config)
-    await wait_for(lambda: len(job.records) >= 5, timeout=90)
-    victim = job._workers[1]
-    _kill(procs, victim.name)
-    await wait_for(lambda: 1 in job._lost, timeout=30)
+    job = await _kill_one_after(coordinator, worker_processes, config, 5, index=1)
     worker_processes.start(coordinator.port, 1, name="newcomer")
     await _finished(job)
     assert job.state == "done", job.error
@@ -67,10 +76,7 @@ async def test_no_replacement_within_the_timeout_fails_the_job_clearly(
         replace_timeout=1.0,
         stragglers=Component("exponential", {"mean": 0.01}),
     )
-    procs = worker_processes.start(coordinator.port, 3)
-    job = coordinator.service.submit(config)
-    await wait_for(lambda: len(job.records) >= 3, timeout=90)
-    _kill(procs, job._workers[0].name)
+    job = await _kill_one_after(coordinator, worker_processes, config, 3, index=0)
     await _finished(job)
     assert job.state == "failed"
     assert "no worker took the place of lost worker(s) [0]" in job.error
@@ -87,17 +93,15 @@ async def test_a_tolerant_policy_gets_its_lost_worker_back(
         policy=Component("ignore-stragglers", {"s": 1}),
         stragglers=Component("exponential", {"mean": 0.01}),
     )
-    procs = worker_processes.start(coordinator.port, 3)
-    job = coordinator.service.submit(config)
-    await wait_for(lambda: len(job.records) >= 5, timeout=90)
-    _kill(procs, job._workers[2].name)
-    await wait_for(lambda: 2 in job._lost, timeout=30)
-    lost_at = len(job.records)
+    job = await _kill_one_after(coordinator, worker_processes, config, 5, index=2)
+    lost_at = len(job.records)  # the round in progress may still have used worker 2
+    await wait_for(lambda: len(job.records) >= lost_at + 6, timeout=60)
+    degraded = job.records[lost_at + 1 : lost_at + 6]
     worker_processes.start(coordinator.port, 1, name="newcomer")
     await wait_for(lambda: 2 not in job._lost, timeout=60)
     back_at = len(job.records)
     await _finished(job)
     assert job.state == "done", job.error
     # Without worker 2 the rounds decode from 0 and 1; once replaced, it answers again.
-    assert all(r.workers_used == (0, 1) for r in job.records[lost_at + 1 : back_at])
-    assert any(2 in r.workers_used for r in job.records[back_at + 1 :])
+    assert all(r.workers_used == (0, 1) for r in degraded)
+    assert any(2 in r.workers_used for r in job.records[back_at:])
