@@ -565,6 +565,8 @@ class JobRun:
                     for frame in frames:
                         self._workers[w].send(frame)
                     bytes_down += frame_bytes
+                    self.metrics.gradient_bytes.labels("down").inc(frame_bytes)
+                    self.metrics.computations.inc()
                     contacted.append(w)
                     outstanding.add(w)
                     if self._summing is not None:
