@@ -76,11 +76,13 @@ class _Arrival:
 class _Lost:
     worker: int
     reason: str
+    session: WorkerSession  # who held the index then (a later holder is not lost)
 
 
 @dataclass
 class _Replaced:
     worker: int  # the index a newly connected worker now holds
+    session: WorkerSession
 
 
 @dataclass
@@ -171,6 +173,8 @@ class JobRun:
         (:func:`services.framing.parse`).
         """
         worker = session.index
+        if not 0 <= worker < len(self._workers) or self._workers[worker] is not session:
+            return  # not (or no longer) this job's worker at that index
         self._bytes_up += nbytes
         self.metrics.gradient_bytes.labels("up").inc(nbytes)
         if result.round < self._current_round:
@@ -220,7 +224,11 @@ class JobRun:
         return _Partial(int(result.round), adding, result, summing=True)
 
     def ack(self, session: WorkerSession, ack: pb.AssignmentAck) -> None:
-        future = self._acks.get(session.index)
+        index = session.index
+        holder = self._workers[index] if 0 <= index < len(self._workers) else None
+        if self._candidates.get(index) is not session and holder is not session:
+            return
+        future = self._acks.get(index)
         if future is not None and not future.done() and ack.job_id == self.id:
             future.set_result(ack.error)
 
@@ -241,7 +249,7 @@ class JobRun:
         self.metrics.stragglers.labels("lost").inc()
         if future is not None and not future.done():
             future.set_result(f"disconnected: {reason}")
-        self._events.put_nowait(_Lost(index, reason))
+        self._events.put_nowait(_Lost(index, reason, session))
 
     # ------------------------------------------------------------ watchers
 
@@ -398,7 +406,7 @@ class JobRun:
                     error = await asyncio.wait_for(self._acks[index], self.assign_timeout)
                 except TimeoutError:
                     error = f"no acknowledgement within {self.assign_timeout:.0f} s"
-            except asyncio.CancelledError:  # the job ended while the newcomer joined
+            except BaseException:  # the job ended (or a bug) while the newcomer joined
                 session.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id)))
                 session.job_id, session.index = None, -1
                 raise
@@ -420,11 +428,12 @@ class JobRun:
             if old.job_id == self.id and not old.closed:  # still connected: let it go
                 old.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id, reason="lost")))
             old.job_id, old.index = None, -1
+            self._partials.pop(index, None)  # nothing of the old holder's carries over
             self._workers[index] = session
             self._lost.discard(index)
             self.metrics.replacements.inc()
             log.info("job %s: %s took the place of lost worker %d", self.id, session.label, index)
-            self._events.put_nowait(_Replaced(index))
+            self._events.put_nowait(_Replaced(index, session))
 
     async def _rounds(self, prepared: Prepared) -> None:
         from services.models import objective
@@ -547,7 +556,7 @@ class JobRun:
                 async with asyncio.timeout_at(min(deadline_at, replace_by or math.inf)):
                     event = await self._events.get()
             except TimeoutError:
-                if replace_by is not None and loop.time() >= replace_by:
+                if replace_by is not None and loop.time() >= replace_by - 1e-3:
                     raise JobFailed(
                         f"round {t}: no worker took the place of lost worker(s) "
                         f"{sorted(vacant)} within job.replace_timeout="
@@ -556,12 +565,16 @@ class JobRun:
                 raise JobFailed(
                     f"round {t} was not decodable within job.round_timeout="
                     f"{self.config.round_timeout:g} s; still waiting for workers "
-                    f"{sorted(outstanding)}"
+                    f"{sorted(outstanding | vacant)}"
                 ) from None
             if isinstance(event, _Replaced):
                 w = event.worker
-                if w in vacant:  # the round still wants this worker: send it θ_t now
+                if self._workers[w] is not event.session or w in self._lost:
+                    continue  # stale: that newcomer was lost again since
+                if w in vacant and w not in policy.superseded():
+                    # The round still wants this worker: send it θ_t, with a round's time.
                     vacant.discard(w)
+                    deadline_at = max(deadline_at, loop.time() + self.config.round_timeout)
                     for frame in frames:
                         self._workers[w].send(frame)
                     bytes_down += frame_bytes
@@ -575,6 +588,8 @@ class JobRun:
                         replace_by = None
                 continue
             if isinstance(event, _Lost):
+                if self._workers[event.worker] is not event.session:
+                    continue  # stale: the index has a new holder since
                 if event.worker in outstanding and event.worker in spec.workers:
                     vacant.add(event.worker)
                 outstanding.discard(event.worker)
