@@ -298,11 +298,13 @@ class JobRun:
             self._publish()
 
     def _release(self) -> None:
-        end = pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id, reason=self.state))
         for s in self._workers:
-            s.send(end)
-            s.job_id = None
-            s.index = -1
+            self._detach(s, self.state)
+
+    def _detach(self, session: WorkerSession, reason: str) -> None:
+        """Tell a worker this job is over for it (JobEnd) and free its session."""
+        session.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id, reason=reason)))
+        session.job_id, session.index = None, -1
 
     async def _assign(self, prepared: Prepared) -> None:
         n = self.config.workers
@@ -407,8 +409,7 @@ class JobRun:
                 except TimeoutError:
                     error = f"no acknowledgement within {self.assign_timeout:.0f} s"
             except BaseException:  # the job ended (or a bug) while the newcomer joined
-                session.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id)))
-                session.job_id, session.index = None, -1
+                self._detach(session, "not needed")
                 raise
             finally:
                 del self._candidates[index]
@@ -421,13 +422,9 @@ class JobRun:
                     error or "disconnected",
                 )
                 self._retired.add(session.id)
-                session.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id)))
-                session.job_id, session.index = None, -1
+                self._detach(session, "not taken")
                 continue
-            old = self._workers[index]
-            if old.job_id == self.id and not old.closed:  # still connected: let it go
-                old.send(pb.CoordinatorMessage(job_end=pb.JobEnd(job_id=self.id, reason="lost")))
-            old.job_id, old.index = None, -1
+            self._detach(self._workers[index], "lost")  # if still connected, it lets go
             self._partials.pop(index, None)  # nothing of the old holder's carries over
             self._workers[index] = session
             self._lost.discard(index)
@@ -556,7 +553,7 @@ class JobRun:
                 async with asyncio.timeout_at(min(deadline_at, replace_by or math.inf)):
                     event = await self._events.get()
             except TimeoutError:
-                if replace_by is not None and loop.time() >= replace_by - 1e-3:
+                if replace_by is not None and replace_by <= deadline_at:  # that one expired
                     raise JobFailed(
                         f"round {t}: no worker took the place of lost worker(s) "
                         f"{sorted(vacant)} within job.replace_timeout="
@@ -606,14 +603,9 @@ class JobRun:
                         "part of its result was added into the sum; the round cannot be "
                         "decoded without the rest"
                     )
-                if not policy.feasible(frozenset(outstanding)):
-                    if self.config.replace_timeout <= 0:
-                        raise JobFailed(
-                            f"worker {event.worker} was lost in round {t} ({event.reason}); "
-                            + self._infeasible_message(t, policy)
-                        )
-                    if replace_by is None:
-                        replace_by = self._await_replacement(t, policy, loop.time())
+                if replace_by is None and not policy.feasible(frozenset(outstanding)):
+                    why = f"worker {event.worker} was lost in round {t} ({event.reason}); "
+                    replace_by = self._await_replacement(t, policy, loop.time(), why)
                 continue
             if event.result.round != t:
                 self._late += 1  # completed after its round had decoded: dropped
@@ -682,11 +674,11 @@ class JobRun:
             self._workers[w].send(cancel)
         self.metrics.stragglers.labels("cancelled").inc(len(workers))
 
-    def _await_replacement(self, t: int, policy: Policy, now: float) -> float:
+    def _await_replacement(self, t: int, policy: Policy, now: float, why: str = "") -> float:
         """The time until which round t waits for lost workers' replacements, or fail."""
         wait = self.config.replace_timeout
         if wait <= 0:
-            raise JobFailed(self._infeasible_message(t, policy))
+            raise JobFailed(why + self._infeasible_message(t, policy))
         log.warning(
             "job %s: round %d cannot decode without lost worker(s) %s; waiting up to %g s "
             "for new workers to take their place",
