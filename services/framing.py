@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Generic, TypeVar
 
 from google.protobuf.message import DecodeError, Message
@@ -83,23 +84,34 @@ def serialize(
     place as an aligned array.
     """
     head = envelope.SerializeToString()
-    data_tag = _varint((path[-1] << 3) | _LEN) + _varint(len(data))
+    tail = _tail(len(head), len(data), path, pad_field, align)
+    return b"".join((head, tail, data))
+
+
+@lru_cache(maxsize=256)
+def _tail(head: int, size: int, path: Path, pad_field: int | None, align: int) -> bytes:
+    """The bytes between a ``head``-byte envelope and ``size`` bytes of data on ``path``.
+
+    The enclosing fields' tags and lengths, the filler and the data field's tag: they
+    depend on the sizes only, and a stream's frames repeat the same few sizes, so
+    they are computed once per size (this runs for every message of every round).
+    """
+    data_tag = _varint((path[-1] << 3) | _LEN) + _varint(size)
     filler = b""
-    tags = _tags(path[:-1], len(data_tag) + len(data))
+    tags = _tags(path[:-1], len(data_tag) + size)
     if pad_field is not None:
         pad_tag = _varint((pad_field << 3) | _LEN)
-        offset = len(head) + sum(map(len, tags)) + len(data_tag)
         pad = 0
         # Growing the filler can lengthen an enclosing length prefix by a byte, at
         # most once per level; the next pass accounts for it, so this settles.
         for _ in range(len(path) + 2):
             filler = pad_tag + _varint(pad) + b"\0" * pad
-            tags = _tags(path[:-1], len(filler) + len(data_tag) + len(data))
-            offset = len(head) + sum(map(len, tags)) + len(filler) + len(data_tag)
+            tags = _tags(path[:-1], len(filler) + len(data_tag) + size)
+            offset = head + sum(map(len, tags)) + len(filler) + len(data_tag)
             if offset % align == 0:
                 break
             pad += -offset % align
-    return b"".join([head, *tags, filler, data_tag, data])
+    return b"".join([*tags, filler, data_tag])
 
 
 def _tags(numbers: Path, inner: int) -> list[bytes]:
@@ -118,13 +130,16 @@ def parse(cls: type[M], buffer: bytes, paths: Sequence[Path]) -> Frame[M]:
 
     Raises :class:`WireError` on a frame that is not valid protobuf.
     """
+    return _parse(cls, buffer, _trie(tuple(paths)))
+
+
+def _parse(cls: type[M], buffer: bytes, trie: _Trie) -> Frame[M]:
     view = memoryview(buffer)
-    top = {p[0] for p in paths}
     try:
         # Fast path: a frame whose first field is on no path (hello, ack, cancel, ...).
-        if not view or _first_field(view) not in top:
+        if not view or _first_field(view) not in trie:
             return Frame(cls.FromString(buffer), None, len(buffer))
-        pieces, data = _strip(view, 0, len(view), paths)
+        pieces, data = _strip(view, 0, len(view), trie)
         return Frame(cls.FromString(b"".join(pieces)), data, len(buffer))
     except (DecodeError, IndexError, ValueError) as exc:
         raise WireError(f"malformed {cls.DESCRIPTOR.name} frame: {exc}") from None
@@ -143,53 +158,93 @@ def frame_reader(cls: type[M], paths: Sequence[Path]) -> Callable[[bytes], Frame
     call opaquely.
     """
 
+    trie = _trie(tuple(paths))
+
     def read(buffer: bytes) -> Frame[M] | WireError:
         try:
-            return parse(cls, buffer, paths)
+            return _parse(cls, buffer, trie)
         except WireError as exc:
             return exc
 
     return read
 
 
+# The paths as nested dicts: field number -> the fields below it, or None for ``data``.
+_Trie = dict[int, "_Trie | None"]
+
+
+@lru_cache(maxsize=32)
+def _trie(paths: tuple[Path, ...]) -> _Trie:
+    root: _Trie = {}
+    for path in paths:
+        node = root
+        for number in path[:-1]:
+            below = node.setdefault(number, {})
+            if below is None:
+                raise ValueError(f"path {path}: field {number} is a data field on another path")
+            node = below
+        if node.get(path[-1]) is not None:
+            raise ValueError(f"path {path}: field {path[-1]} has fields below it on another path")
+        node[path[-1]] = None
+    return root
+
+
 def _strip(
-    view: memoryview, start: int, end: int, paths: Sequence[Path]
+    view: memoryview, start: int, end: int, trie: _Trie
 ) -> tuple[list[bytes | memoryview], memoryview | None]:
-    """The fields in ``view[start:end]`` minus the last ``data`` on ``paths``, and that data."""
+    """The fields in ``view[start:end]`` minus the last ``data`` on ``trie``, and that data.
+
+    Runs of fields left as they are come back as one slice each; a submessage on a
+    path is rebuilt only when ``data`` was taken out of it. One-byte varints (tags
+    and short lengths) are read inline: this runs for every message of every round.
+    """
     pieces: list[bytes | memoryview] = []
     data: memoryview | None = None
-    pos = start
+    kept = pos = start  # view[kept:pos] is a run of fields kept verbatim
     while pos < end:
         field_start = pos
-        key, pos = _read_varint(view, pos)
-        number, wire_type = key >> 3, key & 7
+        key = view[pos]  # IndexError past the end: a truncated frame
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(view, pos)
+        wire_type = key & 7
         if wire_type == _LEN:
-            length, pos = _read_varint(view, pos)
+            length = view[pos]
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = _read_varint(view, pos)
             value_start, pos = pos, pos + length
+            number = key >> 3
             if pos > end:
                 raise ValueError(f"field {number} runs past the end of its message")
-            below = [p[1:] for p in paths if p[0] == number]
-            if below:
-                if any(not p for p in below):  # the data field itself: kept out
-                    data = view[value_start:pos]
-                    continue
-                inner, found = _strip(view, value_start, pos, below)
+            if number in trie:
+                below = trie[number]
+                if below is None:  # the data field itself: kept out
+                    found: memoryview | None = view[value_start:pos]
+                    inner: list[bytes | memoryview] = []
+                else:
+                    inner, found = _strip(view, value_start, pos, below)
                 if found is not None:
                     data = found
-                body = b"".join(inner)
-                pieces.append(_varint(key) + _varint(len(body)) + body)
-                continue
-        elif wire_type == 0:
+                    pieces.append(view[kept:field_start])
+                    if below is not None:
+                        body = b"".join(inner)
+                        pieces.append(_varint(key) + _varint(len(body)) + body)
+                    kept = pos
+            continue
+        if wire_type == 0:
             _, pos = _read_varint(view, pos)
         elif wire_type == 1:
             pos += 8
         elif wire_type == 5:
             pos += 4
         else:
-            raise ValueError(f"unsupported wire type {wire_type} in field {number}")
+            raise ValueError(f"unsupported wire type {wire_type} in field {key >> 3}")
         if pos > end:
-            raise ValueError(f"field {number} runs past the end of its message")
-        pieces.append(view[field_start:pos])
+            raise ValueError(f"field {key >> 3} runs past the end of its message")
+    pieces.append(view[kept:end])
     return pieces, data
 
 

@@ -15,8 +15,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 # cancelled once the round decoded, late_dropped when it arrived after its round,
 # lost when its stream broke, rejected when it could not join.
 STRAGGLER_REASONS = ("cancelled", "late_dropped", "lost", "rejected")
-# ``direction`` of codedgd_gradient_bytes_total: θ sent down to workers, results coming up.
-DIRECTIONS = ("down", "up")
 
 ROUND_BUCKETS = (
     0.001,
@@ -93,8 +91,10 @@ class CoordinatorMetrics:
             ["direction"],
             registry=r,
         )
-        for direction in DIRECTIONS:
-            self.gradient_bytes.labels(direction)
+        # ``direction``: θ sent down to workers, results coming up. The children every
+        # round touches are looked up once (labels() takes a lock).
+        self.bytes_down = self.gradient_bytes.labels("down")
+        self.bytes_up = self.gradient_bytes.labels("up")
         self.rounds = Counter("codedgd_rounds_total", "Rounds completed.", ["policy"], registry=r)
         self.uploads = Counter(
             "codedgd_uploads_total", "Worker gradient messages received.", registry=r

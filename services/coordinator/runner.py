@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from prometheus_client import Histogram
 
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.sessions import Sessions, WorkerSession
@@ -156,6 +157,7 @@ class JobRun:
     _pool: BufferPool = field(default_factory=lambda: BufferPool(0))
     _retired: set[int] = field(default_factory=set)  # ids of sessions this job lost
     _candidates: dict[int, WorkerSession] = field(default_factory=dict)  # index → joining
+    _histograms: dict[int, tuple[Histogram, Histogram]] = field(default_factory=dict)
     _vacancy: asyncio.Event = field(default_factory=asyncio.Event)  # set while any is lost
 
     # ------------------------------------------------------------ events from sessions
@@ -176,7 +178,7 @@ class JobRun:
         if not 0 <= worker < len(self._workers) or self._workers[worker] is not session:
             return  # not (or no longer) this job's worker at that index
         self._bytes_up += nbytes
-        self.metrics.gradient_bytes.labels("up").inc(nbytes)
+        self.metrics.bytes_up.inc(nbytes)
         if result.round < self._current_round:
             self._partials.pop(worker, None)
             self._late += 1
@@ -538,7 +540,7 @@ class JobRun:
             for frame in frames:
                 self._workers[w].send(frame)
         bytes_down = frame_bytes * len(contacted)
-        self.metrics.gradient_bytes.labels("down").inc(bytes_down)
+        self.metrics.bytes_down.inc(bytes_down)
         self.metrics.computations.inc(len(contacted))
         compute_max = 0.0
         uploads = 0
@@ -575,7 +577,7 @@ class JobRun:
                     for frame in frames:
                         self._workers[w].send(frame)
                     bytes_down += frame_bytes
-                    self.metrics.gradient_bytes.labels("down").inc(frame_bytes)
+                    self.metrics.bytes_down.inc(frame_bytes)
                     self.metrics.computations.inc()
                     contacted.append(w)
                     outstanding.add(w)
@@ -619,9 +621,9 @@ class JobRun:
                 self.metrics.uploads.inc()
             else:
                 self.metrics.uploads_skipped.inc()
-            label = str(event.worker)
-            self.metrics.worker_compute.labels(label).observe(event.result.compute_seconds)
-            self.metrics.worker_response.labels(label).observe(event.received - sent_at)
+            compute_hist, response_hist = self._worker_histograms(event.worker)
+            compute_hist.observe(event.result.compute_seconds)
+            response_hist.observe(event.received - sent_at)
             compute_max = max(compute_max, event.result.compute_seconds)
             responses[event.worker] = event.received - sent_at
             computes[event.worker] = event.result.compute_seconds
@@ -662,6 +664,18 @@ class JobRun:
             responses=responses,
             computes=computes,
         )
+
+    def _worker_histograms(self, worker: int) -> tuple[Histogram, Histogram]:
+        """Worker ``worker``'s compute and response histograms (labels() once per job)."""
+        pair = self._histograms.get(worker)
+        if pair is None:
+            label = str(worker)
+            pair = (
+                self.metrics.worker_compute.labels(label),
+                self.metrics.worker_response.labels(label),
+            )
+            self._histograms[worker] = pair
+        return pair
 
     def _cancel(self, t: int, workers: set[int] | frozenset[int]) -> None:
         """Send Cancel{t} to these workers: their result for round t is not needed."""
