@@ -23,8 +23,9 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from prometheus_client import Histogram
@@ -62,6 +63,9 @@ log = logging.getLogger("codedgd.coordinator")
 # A decode that took less than this last round runs on the event loop (the thread
 # hand-off would cost more); longer ones run in a thread so the loop stays free.
 INLINE_DECODE_SECONDS = 0.002
+# How long a job's end waits for its replacer task to let go of a joining newcomer
+# (it only has to send JobEnd; the bound keeps a bug there from hanging the job).
+REPLACER_EXIT_SECONDS = 5.0
 
 
 @dataclass
@@ -255,8 +259,14 @@ class JobRun:
 
     # ------------------------------------------------------------ watchers
 
-    async def wait_change(self) -> None:
-        await self._changed.wait()
+    def wait_change(self) -> Coroutine[Any, Any, bool]:
+        """Wait for the next change (a round, a state) published after this call.
+
+        The event is taken now, not when the awaiting task first runs: a watcher that
+        wraps this in a task (``ensure_future``, ``wait_for``) cannot miss a change
+        published in between, such as the job's end.
+        """
+        return self._changed.wait()
 
     def _publish(self) -> None:
         self._changed.set()
@@ -281,7 +291,10 @@ class JobRun:
             try:
                 await self._rounds(prepared)
             finally:
+                # A newcomer caught joining is released (JobEnd) before the job's end is
+                # published, not by chance of the loop's order after it.
                 replacer.cancel()
+                await asyncio.wait([replacer], timeout=REPLACER_EXIT_SECONDS)
             self.state = "done"
         except asyncio.CancelledError:
             self.state = "cancelled"
