@@ -23,8 +23,10 @@ class FakeWorker:
         behaviour: Behaviour,
         name: str = "fake",
         metadata: tuple[tuple[str, str], ...] = (),
+        acks: bool = True,
     ) -> None:
         self.port = port
+        self.acks = acks  # False: take assignments but never acknowledge them
         self.behaviour = behaviour
         self.name = name
         self.metadata = metadata
@@ -70,7 +72,7 @@ class FakeWorker:
                         return
                     if kind == "assignment":
                         self.assignment = msg.assignment
-                    elif kind == "assignment_end":
+                    elif kind == "assignment_end" and self.acks:
                         self.out.put_nowait(
                             pb.WorkerMessage(
                                 ack=pb.AssignmentAck(job_id=msg.assignment_end.job_id, ok=True)

@@ -10,8 +10,9 @@ import numpy as np
 from services.coordinator.runner import JobRun
 from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
+from services.proto import codedgd_pb2 as pb
 from tests.conftest import WorkerProcesses
-from tests.e2e.fakes import wait_for
+from tests.e2e.fakes import FakeWorker, result, wait_for
 from tests.e2e.test_training import SYNTH, reference_gd
 
 
@@ -105,3 +106,42 @@ async def test_a_tolerant_policy_gets_its_lost_worker_back(
     # Without worker 2 the rounds decode from 0 and 1; once replaced, it answers again.
     assert all(r.workers_used == (0, 1) for r in degraded)
     assert any(2 in r.workers_used for r in job.records[back_at:])
+
+
+async def test_a_newcomer_caught_joining_when_the_job_fails_is_released_for_the_next_job(
+    coordinator: CoordinatorServer,
+) -> None:
+    """The job ends while a newcomer is mid-assignment: it gets JobEnd and serves again."""
+
+    def zeros(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+        return result(a.job_id, round_, np.zeros(theta.shape[0]))
+
+    a, b = FakeWorker(coordinator.port, zeros, "a"), FakeWorker(coordinator.port, zeros, "b")
+    newcomer = FakeWorker(coordinator.port, zeros, "newcomer", acks=False)
+    fakes = [a, b, newcomer]
+    a.start()
+    b.start()
+    try:
+        await wait_for(lambda: len(coordinator.service.sessions) == 2)
+        config = JobConfig(workers=2, rounds=10_000, data=SYNTH, replace_timeout=3.0)
+        first = coordinator.service.submit(config)
+        await wait_for(lambda: len(first.records) >= 2)
+        await a.stop()  # lost: uncoded cannot decode without it, so the round waits
+        await wait_for(lambda: bool(first._lost))
+        newcomer.start()
+        await wait_for(lambda: newcomer.assignment is not None)  # joining, never acks
+        await _finished(first)
+        assert first.state == "failed"
+        assert "no worker took the place of lost worker(s)" in first.error
+        # Released with the job, not after: its session is free when the end is published.
+        session = next(s for s in coordinator.service.sessions.all() if s.name == "newcomer")
+        assert session.job_id is None and session.index == -1
+        await wait_for(lambda: any(m.HasField("job_end") for m in newcomer.received))
+        newcomer.acks = True
+        second = coordinator.service.submit(JobConfig(workers=2, rounds=3, data=SYNTH))
+        await _finished(second)
+        assert second.state == "done", second.error
+        assert sorted(s.name for s in second._workers) == ["b", "newcomer"]
+    finally:
+        for fake in fakes:
+            await fake.stop()
