@@ -399,53 +399,73 @@ class JobRun:
     async def _replace_lost(self, prepared: Prepared) -> None:
         """Give each lost worker's place to a worker that connects during the job.
 
-        Runs beside the rounds. The newcomer gets the lost worker's assignment and data;
-        once it acknowledges, it holds that index and the round loop hears of it
-        (``_Replaced``). A worker this job already lost is never taken back.
+        Runs beside the rounds. Each idle worker that connects takes the lowest lost
+        index no one is joining at yet, so several places fill at once and a newcomer
+        that never acknowledges holds up only its own. The newcomer gets the lost
+        worker's assignment and data; once it acknowledges, it holds that index and the
+        round loop hears of it (``_Replaced``). A worker this job already lost (or one
+        that failed to join) is never taken back.
         """
-        loop = asyncio.get_running_loop()
         job_json = self.config.to_json()
-        while True:
-            await self._vacancy.wait()
-            if not self._lost:
-                self._vacancy.clear()
-                continue
-            session = await self.sessions.next_idle(lambda s: s.id not in self._retired)
-            if not self._lost:
-                continue
-            index = min(self._lost)
-            session.job_id, session.index = self.id, index
-            self._candidates[index] = session
-            self._acks[index] = loop.create_future()
+        joining: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await self._vacancy.wait()
+                if not self._lost - self._candidates.keys():
+                    self._vacancy.clear()  # set again by a loss or a failed newcomer
+                    continue
+                session = await self.sessions.next_idle(lambda s: s.id not in self._retired)
+                open_places = self._lost - self._candidates.keys()
+                if not open_places:
+                    continue
+                index = min(open_places)
+                session.job_id, session.index = self.id, index  # no longer idle
+                self._candidates[index] = session
+                task = asyncio.create_task(self._take_place(index, session, prepared, job_json))
+                task.add_done_callback(_log_crash)
+                joining.add(task)
+                task.add_done_callback(joining.discard)
+        finally:
+            for task in joining:
+                task.cancel()
+            if joining:
+                await asyncio.wait(joining)
+
+    async def _take_place(
+        self, index: int, session: WorkerSession, prepared: Prepared, job_json: str
+    ) -> None:
+        """Assign lost worker ``index``'s part to newcomer ``session``; on its ack, swap it in."""
+        self._acks[index] = asyncio.get_running_loop().create_future()
+        try:
+            await self._send_assignment(index, session, prepared, job_json)
             try:
-                await self._send_assignment(index, session, prepared, job_json)
-                try:
-                    error = await asyncio.wait_for(self._acks[index], self.assign_timeout)
-                except TimeoutError:
-                    error = f"no acknowledgement within {self.assign_timeout:.0f} s"
-            except BaseException:  # the job ended (or a bug) while the newcomer joined
-                self._detach(session, "not needed")
-                raise
-            finally:
-                del self._candidates[index]
-            if error or session.closed:
-                log.warning(
-                    "job %s: %s cannot take the place of worker %d: %s",
-                    self.id,
-                    session.label,
-                    index,
-                    error or "disconnected",
-                )
-                self._retired.add(session.id)
-                self._detach(session, "not taken")
-                continue
-            self._detach(self._workers[index], "lost")  # if still connected, it lets go
-            self._partials.pop(index, None)  # nothing of the old holder's carries over
-            self._workers[index] = session
-            self._lost.discard(index)
-            self.metrics.replacements.inc()
-            log.info("job %s: %s took the place of lost worker %d", self.id, session.label, index)
-            self._events.put_nowait(_Replaced(index, session))
+                error = await asyncio.wait_for(self._acks[index], self.assign_timeout)
+            except TimeoutError:
+                error = f"no acknowledgement within {self.assign_timeout:.0f} s"
+        except BaseException:  # the job ended (or a bug) while the newcomer joined
+            self._detach(session, "not needed")
+            raise
+        finally:
+            del self._candidates[index]
+        if error or session.closed:
+            log.warning(
+                "job %s: %s cannot take the place of worker %d: %s",
+                self.id,
+                session.label,
+                index,
+                error or "disconnected",
+            )
+            self._retired.add(session.id)
+            self._detach(session, "not taken")
+            self._vacancy.set()  # the place is open again
+            return
+        self._detach(self._workers[index], "lost")  # if still connected, it lets go
+        self._partials.pop(index, None)  # nothing of the old holder's carries over
+        self._workers[index] = session
+        self._lost.discard(index)
+        self.metrics.replacements.inc()
+        log.info("job %s: %s took the place of lost worker %d", self.id, session.label, index)
+        self._events.put_nowait(_Replaced(index, session))
 
     async def _rounds(self, prepared: Prepared) -> None:
         from services.models import objective

@@ -145,3 +145,53 @@ async def test_a_newcomer_caught_joining_when_the_job_fails_is_released_for_the_
     finally:
         for fake in fakes:
             await fake.stop()
+
+
+async def test_a_newcomer_that_never_acknowledges_holds_up_only_its_own_place(
+    coordinator: CoordinatorServer,
+) -> None:
+    """Two places open; one newcomer goes silent; the other still fills its place at once."""
+
+    def zeros(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+        return result(a.job_id, round_, np.zeros(theta.shape[0]))
+
+    a, b, c = (FakeWorker(coordinator.port, zeros, name) for name in "abc")
+    mute = FakeWorker(coordinator.port, zeros, "mute", acks=False)
+    good = FakeWorker(coordinator.port, zeros, "good")
+    fakes = [a, b, c, mute, good]
+    for fake in (a, b, c):
+        fake.start()
+    try:
+        await wait_for(lambda: len(coordinator.service.sessions) == 3)
+        # n - s = 2 of 3 must answer: with two lost, the rounds wait for a replacement.
+        # replace_timeout is below the coordinator's assign_timeout (60 s): had the
+        # good newcomer queued behind the mute one, the job would fail.
+        config = JobConfig(
+            workers=3,
+            rounds=1_000_000,
+            data=SYNTH,
+            policy=Component("ignore-stragglers", {"s": 1}),
+            replace_timeout=20.0,
+        )
+        job = coordinator.service.submit(config)
+        await wait_for(lambda: len(job.records) >= 2)
+        holders = {fake.name: fake for fake in (a, b, c)}
+        for index in (0, 1):
+            await holders[job._workers[index].name].stop()
+        await wait_for(lambda: job._lost == {0, 1})
+        mute.start()
+        await wait_for(lambda: mute.assignment is not None)
+        assert mute.assignment is not None and mute.assignment.worker_index == 0
+        good.start()
+        await wait_for(lambda: job._workers[1].name == "good", timeout=15)
+        resumed_at = len(job.records)
+        await wait_for(lambda: len(job.records) >= resumed_at + 5, timeout=15)
+        assert job.state == "running", job.error
+        assert all(r.workers_used == (1, 2) for r in job.records[resumed_at + 1 :])
+        assert job._lost == {0} and job._candidates[0].name == "mute"
+        coordinator.service.cancel(job.id)
+        await _finished(job)
+        assert job.state == "cancelled"
+    finally:
+        for fake in fakes:
+            await fake.stop()
