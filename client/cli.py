@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.errors import CodedGDError, ConfigError
+from services.errors import CodedGDError, ConfigError, JobFailed
 from services.job import Component, JobConfig
 from services.reports import RoundRecord, write_results
 
@@ -270,28 +270,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = job_from_args(args)
     out = Path(args.output) if args.output else _default_output(config)
     progress = Progress(config.rounds, enabled=not args.no_progress)
+    records: list[RoundRecord] = []  # kept as they come: a failed job's rounds are saved too
+
+    def on_record(record: RoundRecord) -> None:
+        records.append(record)
+        progress.update(record)
+
     started = time.time()
     try:
         result = asyncio.run(
             run_local(
                 config,
                 data_dir=args.data_dir,
-                on_record=progress.update,
+                on_record=on_record,
                 on_status=progress.status,
                 metrics_port=args.metrics_port,
                 worker_log=args.worker_log,
             )
         )
+    except (JobFailed, KeyboardInterrupt) as exc:
+        progress.close()
+        if not records:
+            raise
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        error = "interrupted" if interrupted else str(exc)
+        summary = summarize(records, time.time() - started, config)
+        job_id = exc.job_id if isinstance(exc, JobFailed) else ""
+        json_path, csv_path = _write_run(out, config, job_id, records, summary, error)
+        print(f"codedgd run: error: {error}", file=sys.stderr)
+        print(f"the {len(records)} rounds done: {json_path} and {csv_path}", file=sys.stderr)
+        return 130 if interrupted else 2
     finally:
         progress.close()
     summary = summarize(result.records, time.time() - started, config)
-    json_path = write_results(
-        out, {**config.to_dict(), "job_id": result.job_id}, result.records, summary
-    )
-    csv_path = write_results(json_path.with_suffix(".csv"), {}, result.records, {})
+    json_path, csv_path = _write_run(out, config, result.job_id, result.records, summary, "")
     print(_summary_line(summary))
     print(f"results: {json_path} and {csv_path}")
     return 0
+
+
+def _write_run(
+    out: Path,
+    config: JobConfig,
+    job_id: str,
+    records: Sequence[RoundRecord],
+    summary: dict[str, Any],
+    error: str,
+) -> tuple[Path, Path]:
+    """The JSON and CSV result files of a run; ``error`` marks a run that did not finish."""
+    job_doc: dict[str, Any] = {**config.to_dict(), "job_id": job_id}
+    if error:
+        summary = {**summary, "error": error}
+    json_path = write_results(out, job_doc, records, summary)
+    csv_path = write_results(json_path.with_suffix(".csv"), {}, records, {})
+    return json_path, csv_path
 
 
 def summarize(records: Sequence[RoundRecord], elapsed: float, config: JobConfig) -> dict[str, Any]:

@@ -127,5 +127,5 @@ async def run_local(
         if log_file is not None:
             log_file.close()
     if result.state != "done":
-        raise JobFailed(f"job {result.job_id} {result.state}: {result.error}")
+        raise JobFailed(f"job {result.job_id} {result.state}: {result.error}", result.job_id)
     return result

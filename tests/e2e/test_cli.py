@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,3 +104,79 @@ def test_policies_lists_parameters() -> None:
     proc = codedgd("policies")
     assert proc.returncode == 0
     assert "ignore-stragglers" in proc.stdout and "--param s=<int>" in proc.stdout
+
+
+def test_a_job_that_fails_mid_run_keeps_the_rounds_it_did(tmp_path: Path) -> None:
+    """A worker hangs from round 3 on; uncoded cannot decode without it: the rounds stay."""
+    out = tmp_path / "r.json"
+    proc = codedgd(
+        "run",
+        "-n",
+        "2",
+        "-r",
+        "50",
+        "--data-opt",
+        "rows=200",
+        "--data-opt",
+        "dim=4",
+        "--stragglers",
+        "fail-stop",
+        "--straggler-opt",
+        "count=1",
+        "--straggler-opt",
+        "start=3",
+        "--round-timeout",
+        "2",
+        "-o",
+        str(out),
+        "--no-progress",
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "round 3 was not decodable within job.round_timeout=2 s" in proc.stderr
+    assert f"the 3 rounds done: {out}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    doc = json.loads(out.read_text())
+    assert [r["round"] for r in doc["rounds"]] == [0, 1, 2]
+    assert "round 3 was not decodable" in doc["summary"]["error"]
+    assert doc["job"]["job_id"] and doc["job"]["job_id"] in proc.stderr
+    assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == 3
+
+
+def test_ctrl_c_keeps_the_rounds_done_so_far(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["run", "-n", "2", "-r", "1000000", "--data-opt", "rows=200", "--data-opt", "dim=4"]
+    args += ["--metrics-port", str(port), "-o", str(out), "--no-progress"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "client.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while _round_gauge(port) < 3:  # a few rounds done, read from its metrics endpoint
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "codedgd run: error: interrupted" in stderr and "Traceback" not in stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["rounds"]) >= 3 and doc["summary"]["error"] == "interrupted"
+    assert [r["round"] for r in doc["rounds"]] == list(range(len(doc["rounds"])))
+
+
+def _round_gauge(port: int) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return -1.0
+    line = next((x for x in text.splitlines() if x.startswith("codedgd_round ")), "")
+    return float(line.split()[1]) if line else -1.0
