@@ -292,38 +292,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.close()
         if not records:
             raise
-        interrupted = isinstance(exc, KeyboardInterrupt)
-        error = "interrupted" if interrupted else str(exc)
-        summary = summarize(records, time.time() - started, config)
         job_id = exc.job_id if isinstance(exc, JobFailed) else ""
-        json_path, csv_path = _write_run(out, config, job_id, records, summary, error)
-        print(f"codedgd run: error: {error}", file=sys.stderr)
-        print(f"the {len(records)} rounds done: {json_path} and {csv_path}", file=sys.stderr)
-        return 130 if interrupted else 2
+        job_doc = {**config.to_dict(), "job_id": job_id}
+        return save_unfinished("run", exc, out, job_doc, records, config, started)
     finally:
         progress.close()
     summary = summarize(result.records, time.time() - started, config)
-    json_path, csv_path = _write_run(out, config, result.job_id, result.records, summary, "")
+    json_path = write_results(
+        out, {**config.to_dict(), "job_id": result.job_id}, result.records, summary
+    )
+    csv_path = write_results(json_path.with_suffix(".csv"), {}, result.records, {})
     print(_summary_line(summary))
     print(f"results: {json_path} and {csv_path}")
     return 0
 
 
-def _write_run(
+def save_unfinished(
+    command: str,
+    exc: BaseException,
     out: Path,
-    config: JobConfig,
-    job_id: str,
+    job_doc: Mapping[str, Any],
     records: Sequence[RoundRecord],
-    summary: dict[str, Any],
-    error: str,
-) -> tuple[Path, Path]:
-    """The JSON and CSV result files of a run; ``error`` marks a run that did not finish."""
-    job_doc: dict[str, Any] = {**config.to_dict(), "job_id": job_id}
-    if error:
-        summary = {**summary, "error": error}
+    config: JobConfig,
+    started: float,
+) -> int:
+    """Write the rounds of a job that failed or was interrupted, say where; the exit code."""
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    error = "interrupted" if interrupted else str(exc)
+    summary = {**summarize(records, time.time() - started, config), "error": error}
     json_path = write_results(out, job_doc, records, summary)
     csv_path = write_results(json_path.with_suffix(".csv"), {}, records, {})
-    return json_path, csv_path
+    print(f"codedgd {command}: error: {error}", file=sys.stderr)
+    print(f"the {len(records)} rounds done: {json_path} and {csv_path}", file=sys.stderr)
+    return 130 if interrupted else 2
 
 
 def summarize(records: Sequence[RoundRecord], elapsed: float, config: JobConfig) -> dict[str, Any]:

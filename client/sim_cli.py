@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from client.cli import EPILOG, add_job_arguments, job_from_args
-from services.errors import ConfigError
+from services.errors import ConfigError, JobFailed
 from services.job import Component, JobConfig
+from services.reports import RoundRecord
 
 
 def _float_or_inf(text: str) -> float:
@@ -161,7 +162,7 @@ def _default_output(config: JobConfig) -> Path:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from client.cli import _summary_line, summarize
+    from client.cli import _summary_line, save_unfinished, summarize
     from client.progress import Progress
     from services.reports import write_results
     from services.sim import Simulator
@@ -183,8 +184,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     started = time.time()
     sim = Simulator(config, cost, data_dir=args.data_dir)
     progress = Progress(config.rounds, enabled=not args.no_progress)
+    records: list[RoundRecord] = []  # kept as they come: a failed run's rounds are saved too
+
+    def on_record(record: RoundRecord) -> None:
+        records.append(record)
+        progress.update(record)
+
     try:
-        result = sim.run(on_record=progress.update)
+        result = sim.run(on_record=on_record)
+    except (JobFailed, KeyboardInterrupt) as exc:
+        progress.close()
+        if not records:
+            raise
+        job_doc = {**config.to_dict(), "job_id": "", "simulation": {"cost": cost.to_dict()}}
+        return save_unfinished("simulate", exc, out, job_doc, records, config, started)
     finally:
         progress.close()
     summary = summarize(result.records, time.time() - started, config)

@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -106,11 +108,12 @@ def test_policies_lists_parameters() -> None:
     assert "ignore-stragglers" in proc.stdout and "--param s=<int>" in proc.stdout
 
 
-def test_a_job_that_fails_mid_run_keeps_the_rounds_it_did(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["run", "simulate"])
+def test_a_job_that_fails_mid_run_keeps_the_rounds_it_did(tmp_path: Path, command: str) -> None:
     """A worker hangs from round 3 on; uncoded cannot decode without it: the rounds stay."""
     out = tmp_path / "r.json"
     proc = codedgd(
-        "run",
+        command,
         "-n",
         "2",
         "-r",
@@ -132,13 +135,15 @@ def test_a_job_that_fails_mid_run_keeps_the_rounds_it_did(tmp_path: Path) -> Non
         "--no-progress",
     )
     assert proc.returncode == 2, proc.stderr
+    assert f"codedgd {command}: error: " in proc.stderr
     assert "round 3 was not decodable within job.round_timeout=2 s" in proc.stderr
     assert f"the 3 rounds done: {out}" in proc.stderr
     assert "Traceback" not in proc.stderr
     doc = json.loads(out.read_text())
     assert [r["round"] for r in doc["rounds"]] == [0, 1, 2]
     assert "round 3 was not decodable" in doc["summary"]["error"]
-    assert doc["job"]["job_id"] and doc["job"]["job_id"] in proc.stderr
+    if command == "run":  # a real job has an id
+        assert doc["job"]["job_id"] and doc["job"]["job_id"] in proc.stderr
     assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == 3
 
 
