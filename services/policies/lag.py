@@ -27,7 +27,9 @@ During the first D rounds every unit refreshes.
   worker's last coded message ĉ_i; workers whose trigger (the lag-ps rule with
   L_i = Σ_j |B_ij| L_j) does not fire count at once with their stale message, the others
   are contacted and count on arrival; the round stops once n−S count and decodes
-  Σ_{i∈F} a_i ĉ_i with aᵀB_F = 1ᵀ (least squares, residual checked).
+  Σ_{i∈F} a_i ĉ_i with aᵀB_F = 1ᵀ (least squares, residual checked). When the messages
+  that count decode above ``tol`` (a near-singular B_F), the round takes every contacted
+  worker's message until they do, as ``cyclic`` does (``extended_rounds``).
 """
 
 from __future__ import annotations
@@ -399,7 +401,12 @@ class LagCoded(_Lazy):
         self.seed = seed
         self.code: CyclicCode | None = None
         self.residual_errors = 0
+        self.extended_rounds = 0  # rounds that took more than n-S messages for a good residual
         self.last_weights: dict[int, float] = {}
+        self._acceptable: set[int] = set()  # workers whose (stale or fresh) message counts
+        self._seen: set[int] = set()  # contacted workers that answered this round
+        self._contacted: frozenset[int] = frozenset()
+        self._good = False  # the messages that count decode within tol
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         self.code, plan = cyclic_plan(self.name, self.s, self.h, self.seed, n_workers, n_partitions)
@@ -426,21 +433,38 @@ class LagCoded(_Lazy):
         self._start(t, theta, int(theta.shape[0]))
         fired = self._ps_triggered(self.smoothness)
         self._acceptable = set(np.flatnonzero(~fired).tolist())
-        self._seen: set[int] = set()
-        if len(self._acceptable) >= self.wanted:
+        self._seen = set()
+        self._good = self._decodes_well()
+        if self._good:  # enough stale messages count, and they decode: no one is contacted
+            self._contacted = frozenset()
             return RoundSpec(round=t, workers=())
-        return RoundSpec(round=t, workers=tuple(np.flatnonzero(fired).tolist()))
+        if len(self._acceptable) >= self.wanted:
+            self.extended_rounds += 1  # enough, but near-singular: ask the others too
+        self._contacted = frozenset(np.flatnonzero(fired).tolist())
+        return RoundSpec(round=t, workers=tuple(sorted(self._contacted)))
+
+    def _decodes_well(self) -> bool:
+        """At least n-S messages count and their decoding residual is within tol."""
+        if len(self._acceptable) < self.wanted:
+            return False
+        return self._code().decoding_vector(self.decoding_set()).residual <= self.tol
 
     def offer(self, worker: int, payload: np.ndarray | None) -> bool:
         _check_worker(self.name, worker, self._n, self._seen)
-        if worker in self._acceptable:
+        if worker not in self._contacted:
             raise DecodeError(f"lagc: worker {worker} was not contacted in round {self._t}")
         assert self._latest is not None
         self._seen.add(worker)
-        if len(self._acceptable) < self.wanted:
-            self._store(worker, check_payload(self.name, worker, payload, self._latest.shape[1]))
-            self._acceptable.add(worker)
-        return len(self._acceptable) >= self.wanted
+        if self._good:
+            return True  # decodable already: a later message is not needed
+        self._store(worker, check_payload(self.name, worker, payload, self._latest.shape[1]))
+        self._acceptable.add(worker)
+        enough_before = len(self._acceptable) - 1 >= self.wanted
+        self._good = self._decodes_well()
+        if not self._good and len(self._acceptable) == self.wanted and not enough_before:
+            self.extended_rounds += 1  # the first n-S cannot decode: wait for more
+        # Decodable, or no one left to wait for (decode() then refuses, naming the residual).
+        return self._good or self._seen == self._contacted
 
     def decoding_set(self) -> tuple[int, ...]:
         """F: the workers whose (fresh or stale) coded message the decode uses."""
@@ -456,7 +480,8 @@ class LagCoded(_Lazy):
             self.residual_errors += 1
             raise DecodeError(
                 f"lagc: decode residual max|a^T B_F - 1^T| = {vec.residual:.3g} exceeds "
-                f"tol={self.tol:g} for F = {list(F)} (condition number {vec.condition:.3g})"
+                f"tol={self.tol:g} for F = {list(F)} (condition number {vec.condition:.3g}), "
+                "and no other worker is left to wait for; use h=orthonormal or a smaller s"
             )
         self.last_weights = dict(zip(F, vec.a.tolist(), strict=True))
         gradient: np.ndarray = vec.a @ self._latest[list(F)]
@@ -464,7 +489,11 @@ class LagCoded(_Lazy):
         return Estimate(gradient, F, exact=exact, residual=vec.residual)
 
     def feasible(self, outstanding: frozenset[int]) -> bool:
+        if self._good:
+            return True
         pending = len(outstanding - self._seen - self._acceptable)
+        if len(self._acceptable) >= self.wanted:
+            return pending > 0  # enough messages but near-singular: waiting for more
         return len(self._acceptable) + pending >= self.wanted
 
 

@@ -19,6 +19,7 @@ from services.policies.base import JobContext
 from services.policies.lag import GroupLag, LagCoded, LagHistory
 from services.sim import CostModel, Simulator
 from services.worker.lazy import THRESHOLD_PARAM, LazyUploader
+from tests.policies.test_rounds import DECODES_AT_N_MINUS_S, DEGENERATE_B
 
 LAZY = ("lag-wk", "lag-ps", "g-lag", "lagc")
 
@@ -250,6 +251,51 @@ def test_lagc_is_exact_for_the_stale_coded_messages_it_reuses() -> None:
         stale_rounds += not estimate.exact
         np.testing.assert_allclose(estimate.gradient, grads.sum(axis=0), rtol=1e-9, atol=1e-9)
     assert stale_rounds > 10
+
+
+def _degenerate_lagc() -> LagCoded:
+    policy = create("lagc", {"s": 1}, seed=1)
+    assert isinstance(policy, LagCoded)
+    policy.plan(4, 4)
+    assert policy.code is not None
+    policy.code.B = DEGENERATE_B  # three of the four sets of n - s = 3 cannot decode
+    policy.bind(context())
+    return policy
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
+def test_lagc_waits_past_n_minus_s_when_the_first_messages_cannot_decode(
+    order: tuple[int, ...],
+) -> None:
+    policy = _degenerate_lagc()
+    grads = np.random.default_rng(5).standard_normal((4, 7))
+    spec = policy.begin_round(0, np.zeros(7))  # warm-up: every worker is contacted
+    assert spec.workers == (0, 1, 2, 3)
+    done = False
+    for w in order:
+        if done:
+            break  # the coordinator stops taking messages once the round decodes
+        done = policy.offer(w, DEGENERATE_B[w] @ grads)
+    assert done
+    estimate = policy.decode()
+    good_early = frozenset(order[:3]) in DECODES_AT_N_MINUS_S
+    assert len(estimate.workers_used) == (3 if good_early else 4)
+    assert policy.extended_rounds == (0 if good_early else 1)
+    assert estimate.exact and estimate.residual <= policy.tol
+    np.testing.assert_allclose(estimate.gradient, grads.sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_lagc_is_infeasible_once_no_one_is_left_to_fix_a_bad_residual() -> None:
+    policy = _degenerate_lagc()
+    grads = np.random.default_rng(5).standard_normal((4, 7))
+    policy.begin_round(0, np.zeros(7))
+    for w in (0, 1, 2):
+        assert not policy.offer(w, DEGENERATE_B[w] @ grads)
+    assert policy.feasible(frozenset({3}))
+    assert not policy.feasible(frozenset())  # worker 3 lost: the round fails clearly
+    with pytest.raises(DecodeError, match=r"exceeds tol.*no other worker is left"):
+        policy.decode()
+    assert policy.residual_errors == 1
 
 
 # ------------------------------------------------------------------ LAG's own benchmark
