@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from services.errors import ConfigError
+from services.errors import ConfigError, JobFailed
 
 SCHEDULES: dict[str, str] = {
     "constant": "η_t = lr",
@@ -207,6 +207,20 @@ def objective_gradient(
     if l2:
         grad += l2 * point
     return grad
+
+
+def check_converging(t: int, loss: float, lr: float, hint: str = "") -> None:
+    """Fail the job once the training loss is no longer a finite number: it diverged.
+
+    Stepping on from inf or NaN only burns rounds (every later loss is NaN), and a result
+    file cannot hold such a loss; the rounds before this one are kept.
+    """
+    if math.isfinite(loss):
+        return
+    raise JobFailed(
+        f"round {t}: the training loss is {loss:g}: gradient descent diverged. Use a smaller "
+        f"step size (this job's is {lr:g}; --lr auto picks 1/L)" + (f"; {hint}" if hint else "")
+    )
 
 
 def create_optimizer(

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from services.errors import ConfigError
-from services.optim import Optimizer, create_optimizer
+from services.errors import ConfigError, JobFailed
+from services.optim import Optimizer, check_converging, create_optimizer
+from services.policies import create
 
 
 def _quadratic(eigenvalues: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -159,3 +160,14 @@ def test_auto_lr_needs_positive_smoothness() -> None:
 def test_wrong_gradient_shape() -> None:
     with pytest.raises(ValueError, match="shape"):
         Optimizer(np.zeros(3), 0.1).update(np.zeros(4))
+
+
+def test_a_loss_that_is_no_longer_finite_fails_the_job_with_the_fix() -> None:
+    check_converging(3, 1e300, 0.5)  # large but finite: training goes on
+    for loss in (math.inf, math.nan):
+        with pytest.raises(JobFailed, match=r"round 7: .* diverged.*this job's is 0.5"):
+            check_converging(7, loss, 0.5)
+    with pytest.raises(JobFailed, match="try --param xi=1"):
+        check_converging(7, math.inf, 0.5, create("lag-ps", {}).divergence_hint())
+    assert create("lag-ps", {"xi": 0.5}).divergence_hint() == ""
+    assert create("uncoded", {}).divergence_hint() == ""

@@ -469,7 +469,7 @@ class JobRun:
 
     async def _rounds(self, prepared: Prepared) -> None:
         from services.models import objective
-        from services.optim import create_optimizer, objective_gradient
+        from services.optim import check_converging, create_optimizer, objective_gradient
 
         cfg = self.config
         ds, model, policy = prepared.dataset, prepared.model, prepared.policy
@@ -502,6 +502,7 @@ class JobRun:
             if t % cfg.eval_every == 0 or t == cfg.rounds - 1:
                 theta = optimizer.theta
                 loss, metric = await asyncio.to_thread(_evaluate, model, theta, ds, objective)
+                check_converging(t, loss, prepared.lr, policy.divergence_hint())
                 self.metrics.loss.set(loss)
                 self.metrics.metric.labels(model.metric_name).set(metric)
             record = RoundRecord(
@@ -806,8 +807,11 @@ def choose_lr(config: JobConfig, model: Model, X: Matrix) -> float:
 def _evaluate(
     model: Model, theta: np.ndarray, ds: Dataset, objective: Callable[..., float]
 ) -> tuple[float, float]:
-    loss = float(objective(model, theta, ds.X_train, ds.y_train))
-    metric = float(model.metric(theta, ds.X_test, ds.y_test))
+    # A diverging θ overflows: the loss comes out inf or NaN and check_converging says so,
+    # in place of numpy's overflow warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss = float(objective(model, theta, ds.X_train, ds.y_train))
+        metric = float(model.metric(theta, ds.X_test, ds.y_test))
     return loss, metric
 
 

@@ -129,6 +129,10 @@ class Policy(ABC):
     parameters: ClassVar[tuple[Param, ...]] = ()
     exact: ClassVar[bool]
 
+    def divergence_hint(self) -> str:
+        """A fix to suggest, beyond a smaller step size, when training diverges ("" if none)."""
+        return ""
+
     @abstractmethod
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         """Decide partitions and encodings; raise PlanError if n does not fit the code."""

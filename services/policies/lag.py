@@ -109,6 +109,15 @@ class _Lazy(Policy, ABC):
 
     # ------------------------------------------------------------ helpers
 
+    def divergence_hint(self) -> str:
+        if self.history.xi < 1.0:
+            return ""
+        return (
+            f"{self.name}'s trigger weight xi={self.history.xi:g} is outside LAG's "
+            "convergence condition (xi < 1) and can diverge in long runs: try --param xi=1 "
+            "(docs/lag.md)"
+        )
+
     def bind(self, context: JobContext) -> None:
         self._context = context
 

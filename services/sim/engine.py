@@ -161,7 +161,7 @@ class Simulator:
         on_round: RoundCallback | None = None,
     ) -> SimulationResult:
         from services.models import objective
-        from services.optim import create_optimizer, objective_gradient
+        from services.optim import check_converging, create_optimizer, objective_gradient
 
         started = time.perf_counter()
         cfg, prepared, cost = self.config, self.prepared, self.cost
@@ -266,6 +266,7 @@ class Simulator:
             loss = metric = math.nan
             if t % cfg.eval_every == 0 or t == cfg.rounds - 1:
                 loss, metric = _evaluate(model, optimizer.theta, ds, objective)
+                check_converging(t, loss, prepared.lr, policy.divergence_hint())
             record = RoundRecord(
                 round=t,
                 wall_seconds=wall,

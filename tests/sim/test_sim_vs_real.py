@@ -176,3 +176,28 @@ async def test_a_real_run_records_a_trace_the_simulator_replays(tmp_path: Path) 
     assert [r.workers_used for r in replay.records] == [r.workers_used for r in real.records]
     assert real.theta is not None
     np.testing.assert_array_equal(replay.theta, np.asarray(real.theta))
+
+
+async def test_a_diverging_job_fails_at_the_same_round_real_and_simulated() -> None:
+    """A step size far above 1/L: both stop once the loss overflows, with the same message."""
+    from client.local import run_local
+    from services.errors import JobFailed
+
+    config = JobConfig(
+        workers=2,
+        rounds=300,
+        data=Component("synthetic", {"rows": 200, "dim": 5, "task": "regression"}),
+        model=Component("least-squares", {}),
+        optimizer={"lr": 50.0},
+    )
+    with pytest.raises(JobFailed) as simulated:
+        Simulator(config, CostModel.ideal()).run()
+    records: list[RoundRecord] = []
+    with pytest.raises(JobFailed) as real:
+        await run_local(config, on_record=records.append)
+    message = str(simulated.value)
+    assert "the training loss is inf: gradient descent diverged" in message
+    assert "this job's is 50" in message and message in str(real.value)
+    failed_at = int(message.split(":")[0].removeprefix("round "))
+    assert 10 < failed_at < 300 and len(records) == failed_at  # the rounds before it stay
+    assert all(np.isfinite(r.loss) for r in records)
