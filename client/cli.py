@@ -271,6 +271,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else _default_output(config)
     progress = Progress(config.rounds, enabled=not args.no_progress)
     records: list[RoundRecord] = []  # kept as they come: a failed job's rounds are saved too
+    if not args.verbose:  # the error below says how the job ended; once is enough
+        logging.getLogger("codedgd.coordinator.outcome").setLevel(logging.CRITICAL)
 
     def on_record(record: RoundRecord) -> None:
         records.append(record)

@@ -102,8 +102,14 @@ async def run_local(
         if on_status is not None:
             on_status(f"started {config.workers} worker processes")
         while not job.finished:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(job.wait_change(), timeout=1.0)
+            # asyncio.wait, not wait_for: Python 3.11's wait_for returns the result when
+            # a Ctrl-C's cancellation lands as the change completes (rounds take
+            # milliseconds), and the job would run on.
+            change = asyncio.ensure_future(job.wait_change())
+            try:
+                await asyncio.wait({change}, timeout=1.0)
+            finally:
+                change.cancel()
             dead = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
             if dead and job.state in ("queued", "assigning"):
                 # A worker that dies before the job starts never joins: fail fast.

@@ -59,6 +59,8 @@ from services.wire import (
 )
 
 log = logging.getLogger("codedgd.coordinator")
+# A job's outcome, for an operator's log; `codedgd run` reports it itself and mutes this.
+outcome_log = logging.getLogger("codedgd.coordinator.outcome")
 
 # A decode that took less than this last round runs on the event loop (the thread
 # hand-off would cost more); longer ones run in a thread so the loop stays free.
@@ -302,7 +304,7 @@ class JobRun:
         except CodedGDError as exc:
             self.state = "failed"
             self.error = str(exc)
-            log.error("job %s failed: %s", self.id, exc)
+            outcome_log.error("job %s failed: %s", self.id, exc)
         except Exception as exc:  # a bug: report it instead of hanging watchers
             self.state = "failed"
             self.error = f"internal error: {type(exc).__name__}: {exc}"
