@@ -1,0 +1,100 @@
+"""The round loop against stale events: a Lost or Replaced about a session that no
+longer holds its index must change nothing (driven event by event, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from services.coordinator.metrics import CoordinatorMetrics
+from services.coordinator.runner import JobRun, _Arrival, _Lost, _Outcome, _Replaced
+from services.coordinator.sessions import Sessions, WorkerSession
+from services.job import JobConfig
+from services.policies import Policy, create
+from services.proto import codedgd_pb2 as pb
+
+DIM = 6
+
+
+def _session(index: int, name: str) -> WorkerSession:
+    session = WorkerSession(index + 100, name, "test", has_data_dir=False)
+    session.job_id, session.index = "j", index
+    return session
+
+
+def _job(n: int, replace_timeout: float = 0.0) -> tuple[JobRun, Policy]:
+    config = JobConfig(workers=n, round_timeout=5.0, replace_timeout=replace_timeout)
+    job = JobRun("j", config, Sessions(), CoordinatorMetrics())
+    job._workers = [_session(i, f"w{i}") for i in range(n)]
+    policy = create("uncoded", {})
+    policy.plan(n, n)
+    return job, policy
+
+
+def _answer(job: JobRun, *workers: int) -> None:
+    """Results of round 0 from these workers, summed on arrival as uncoded's are."""
+    for w in workers:
+        result = pb.Result(job_id="j", round=0)
+        job._events.put_nowait(_Arrival(w, result, None, time.perf_counter(), summed=True))
+
+
+def _theta_frames(session: WorkerSession) -> int:
+    count = 0
+    while not session.outbox.empty():
+        item = session.outbox.get_nowait()
+        count += isinstance(item, bytes)  # θ goes out as ready-made frames
+    return count
+
+
+async def _round(job: JobRun, policy: Policy) -> asyncio.Task[_Outcome]:
+    task = asyncio.create_task(job._one_round(0, np.zeros(DIM), policy))
+    await asyncio.sleep(0.01)  # θ is out, the loop waits for events
+    assert not task.done()
+    return task
+
+
+async def test_a_lost_event_about_the_previous_holder_of_an_index_is_ignored() -> None:
+    job, policy = _job(2)  # uncoded, replace_timeout 0: a real loss fails the round at once
+    previous = _session(0, "old")  # index 0 was replaced before its Lost was handled
+    task = await _round(job, policy)
+    job._events.put_nowait(_Lost(0, "disconnected", previous))
+    _answer(job, 0, 1)
+    outcome = await asyncio.wait_for(task, 5)
+    assert outcome.estimate.workers_used == (0, 1)
+
+
+async def test_a_lost_event_about_the_holder_fails_uncoded_at_once() -> None:
+    """The same event about the session that holds the index is a real loss."""
+    job, policy = _job(2)
+    task = await _round(job, policy)
+    job._lost.add(0)
+    job._events.put_nowait(_Lost(0, "disconnected", job._workers[0]))
+    try:
+        await asyncio.wait_for(task, 5)
+    except Exception as exc:
+        assert "worker 0 was lost in round 0" in str(exc)
+    else:
+        raise AssertionError("the round decoded without worker 0")
+
+
+async def test_a_replaced_event_about_a_newcomer_lost_again_sends_it_nothing() -> None:
+    job, policy = _job(2, replace_timeout=5.0)
+    job._lost.add(0)  # lost before the round: it waits for a replacement
+    task = await _round(job, policy)
+    assert _theta_frames(job._workers[1]) == 1 and _theta_frames(job._workers[0]) == 0
+    flaky = _session(0, "flaky")
+    job._workers[0] = flaky  # took the place, then was lost again before the event
+    job._events.put_nowait(_Replaced(0, flaky))
+    await asyncio.sleep(0.01)
+    assert _theta_frames(flaky) == 0 and not task.done()
+    good = _session(0, "good")
+    job._workers[0] = good
+    job._lost.discard(0)
+    job._events.put_nowait(_Replaced(0, good))
+    await asyncio.sleep(0.01)
+    assert _theta_frames(good) == 1  # θ of the round in progress
+    _answer(job, 0, 1)
+    outcome = await asyncio.wait_for(task, 5)
+    assert outcome.estimate.workers_used == (0, 1) and outcome.computations == 2
