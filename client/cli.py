@@ -559,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output",
         "-o",
-        help="result file (.json; a .csv is written beside it); "
+        help="result file (.json; a .csv is written beside it), also written with the "
+        "rounds done when the job fails or is interrupted; "
         "default results/<policy>-n<N>-seed<S>-<time>.json",
     )
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")

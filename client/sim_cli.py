@@ -48,7 +48,8 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--output",
         "-o",
-        help="result file (.json; a .csv is written beside it); "
+        help="result file (.json; a .csv is written beside it), also written with the "
+        "rounds done when the run fails or is interrupted; "
         "default results/sim-<policy>-n<N>-seed<S>-<time>.json",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
