@@ -159,7 +159,19 @@ def _write_csv(path: Path, records: Iterable[RoundRecord]) -> None:
 
 def read_results(path: str | Path) -> tuple[dict[str, Any], list[RoundRecord]]:
     """Read a JSON result file written by :func:`write_results`: (job document, rounds)."""
+    job, _, records = read_result_file(path)
+    return job, records
+
+
+def read_result_file(
+    path: str | Path,
+) -> tuple[dict[str, Any], dict[str, Any], list[RoundRecord]]:
+    """(job document, summary, rounds) of a JSON result file.
+
+    The summary of a run that failed or was interrupted holds its ``error``.
+    """
     doc = json.loads(Path(path).read_text())
     if doc.get("format") != "codedgd.results.v1":
         raise ValueError(f"{path} is not a codedgd result file (format codedgd.results.v1)")
-    return doc["job"], [RoundRecord.from_dict(r) for r in doc["rounds"]]
+    summary = doc.get("summary") or {}
+    return doc["job"], dict(summary), [RoundRecord.from_dict(r) for r in doc["rounds"]]

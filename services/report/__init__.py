@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from services.report.summary import (
     Report,
     Run,
@@ -59,7 +61,12 @@ def build_report(
     report = summarize_runs(runs, target_loss=target_loss, baseline=baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = tuple(write_figures(runs, out, target_loss=report.target_loss)) if figures else ()
+    written: tuple[Path, ...] = ()
+    if figures:
+        # A diverged run's huge losses overflow the log axis' transforms (numpy warns);
+        # matplotlib still draws them at the top of the axis.
+        with np.errstate(over="ignore", invalid="ignore"):
+            written = tuple(write_figures(runs, out, target_loss=report.target_loss))
     sources = "\n".join(f"- {r.label}: `{r.path}`" for r in runs)
     images = "\n".join(
         f"![{p.stem.replace('_', ' ')}]({p.name})" for p in written if p.suffix == ".png"

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from services.errors import ConfigError
-from services.reports import RoundRecord, read_results
+from services.reports import RoundRecord, read_result_file
 
 # The default target stops this fraction short of the lowest loss every run reaches, so
 # time to target measures convergence, not the length of the slowest run.
@@ -45,6 +45,7 @@ class Run:
     simulated: bool
     job: dict[str, Any]
     records: tuple[RoundRecord, ...]
+    error: str = ""  # why the run stopped early ("" when it ran to the end)
 
     def losses(self) -> list[tuple[RoundRecord, float]]:
         return [(r, r.loss) for r in self.records if not math.isnan(r.loss)]
@@ -74,6 +75,7 @@ class RunSummary:
     rounds_to_target: int | None
     speedup: float | None
     round_speedup: float
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def load_runs(paths: Sequence[str | Path], labels: Sequence[str] = ()) -> list[R
         if not path.is_file():
             raise ConfigError(f"result file {path} does not exist")
         try:
-            job, records = read_results(path)
+            job, summary, records = read_result_file(path)
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
         if not records:
@@ -115,10 +117,11 @@ def load_runs(paths: Sequence[str | Path], labels: Sequence[str] = ()) -> list[R
         simulated = "simulation" in job
         policy = str((job.get("policy") or {}).get("name", "?"))
         label = labels[i] if labels else run_label(job, simulated)
-        runs.append(Run(path, label, policy, simulated, job, tuple(records)))
+        error = str(summary.get("error") or "")
+        runs.append(Run(path, label, policy, simulated, job, tuple(records), error))
     labels_now = _distinct([r.label for r in runs], [r.path.stem for r in runs])
     out = [
-        Run(r.path, label, r.policy, r.simulated, r.job, r.records)
+        Run(r.path, label, r.policy, r.simulated, r.job, r.records, r.error)
         for r, label in zip(runs, labels_now, strict=True)
     ]
     return out
@@ -201,6 +204,7 @@ def summarize_runs(
                 rounds_to_target=rtt,
                 speedup=speedup,
                 round_speedup=base_mean / mean if mean > 0 else math.inf,
+                error=run.error,
             )
         )
     return Report(target, source, base.label, tuple(rows))
@@ -237,6 +241,12 @@ def markdown_table(report: Report) -> str:
         "wall-clock seconds, evaluation excluded; [sim] runs are on the simulator's "
         "virtual clock."
     )
+    stopped = [r for r in report.rows if r.error]
+    if stopped:
+        lines.append("")
+        lines.append("Runs that stopped before their last round (rows cover the rounds done):")
+        lines.append("")
+        lines.extend(f"- {r.label}: {r.error}" for r in stopped)
     return "\n".join(lines) + "\n"
 
 

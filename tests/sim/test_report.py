@@ -156,3 +156,19 @@ def test_one_color_per_policy_and_a_style_per_run(result_files: list[Path]) -> N
     assert st[1]["color"] == st[2]["color"] == policy_color("frc") != st[0]["color"]
     assert st[1]["linestyle"] != st[2]["linestyle"]
     assert runs[1].label != runs[2].label  # same policy twice: told apart by file
+
+
+def test_a_run_that_stopped_early_is_named_with_its_error(
+    result_files: list[Path], tmp_path: Path
+) -> None:
+    stopped = tmp_path / "stopped.json"
+    records = [rec(t, t + 1.0, 1.0, 0.69 - 0.01 * t, 0.5) for t in range(3)]
+    error = "round 3 was not decodable within job.round_timeout=2 s"
+    write_results(stopped, {"policy": {"name": "cyclic", "s": 1}}, records, {"error": error})
+    files = build_report([*result_files, stopped], tmp_path / "report", target_loss=0.68)
+    md = files.markdown.read_text()
+    assert f"- cyclic(s=1): {error}" in md
+    assert md.count("stopped before their last round") == 1  # the finished runs are not
+    rows = {r["label"]: r for r in json.loads(files.json.read_text())["runs"]}
+    assert rows["cyclic(s=1)"]["error"] == error and rows["cyclic(s=1)"]["rounds"] == 3
+    assert rows["uncoded"]["error"] == ""
