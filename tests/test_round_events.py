@@ -4,6 +4,7 @@ longer holds its index must change nothing (driven event by event, no network)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import numpy as np
@@ -13,6 +14,7 @@ from services.coordinator.runner import JobRun, _Arrival, _Lost, _Outcome, _Repl
 from services.coordinator.sessions import Sessions, WorkerSession
 from services.job import JobConfig
 from services.policies import Policy, create
+from services.policies.base import Estimate, Plan, RoundSpec
 from services.proto import codedgd_pb2 as pb
 
 DIM = 6
@@ -98,3 +100,40 @@ async def test_a_replaced_event_about_a_newcomer_lost_again_sends_it_nothing() -
     _answer(job, 0, 1)
     outcome = await asyncio.wait_for(task, 5)
     assert outcome.estimate.workers_used == (0, 1) and outcome.computations == 2
+
+
+class _TwoOfThree(Policy):
+    """A stand-in lazy rule: round t contacts workers 1 and 2 only, and needs both."""
+
+    name = "two-of-three"
+    summary = "test"
+    exact = True
+
+    def plan(self, n_workers: int, n_partitions: int) -> Plan:
+        raise NotImplementedError
+
+    def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
+        self._arrived: set[int] = set()
+        return RoundSpec(round=t, workers=(1, 2))
+
+    def offer(self, worker: int, payload: np.ndarray | None) -> bool:
+        self._arrived.add(worker)
+        return self._arrived == {1, 2}
+
+    def decode(self) -> Estimate:
+        return Estimate(np.zeros(DIM), tuple(sorted(self._arrived)), exact=True)
+
+    def feasible(self, outstanding: frozenset[int]) -> bool:
+        return self._arrived | (outstanding & {1, 2}) == {1, 2}
+
+
+async def test_a_newcomer_takes_the_place_the_running_round_waits_for() -> None:
+    job, _ = _job(3, replace_timeout=5.0)
+    job._lost.update({0, 1})  # 0 is not contacted this round; 1 is, and is needed
+    assert job._next_place({0, 1}) == 0  # between rounds: the lowest
+    task = await _round(job, _TwoOfThree())
+    assert job._next_place({0, 1}) == 1
+    assert job._next_place({0}) == 0
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -164,6 +164,7 @@ class JobRun:
     _retired: set[int] = field(default_factory=set)  # ids of sessions this job lost
     _candidates: dict[int, WorkerSession] = field(default_factory=dict)  # index → joining
     _histograms: dict[int, tuple[Histogram, Histogram]] = field(default_factory=dict)
+    _vacant: set[int] = field(default_factory=set)  # lost places the running round wants
     _vacancy: asyncio.Event = field(default_factory=asyncio.Event)  # set while any is lost
 
     # ------------------------------------------------------------ events from sessions
@@ -401,12 +402,12 @@ class JobRun:
     async def _replace_lost(self, prepared: Prepared) -> None:
         """Give each lost worker's place to a worker that connects during the job.
 
-        Runs beside the rounds. Each idle worker that connects takes the lowest lost
-        index no one is joining at yet, so several places fill at once and a newcomer
-        that never acknowledges holds up only its own. The newcomer gets the lost
-        worker's assignment and data; once it acknowledges, it holds that index and the
-        round loop hears of it (``_Replaced``). A worker this job already lost (or one
-        that failed to join) is never taken back.
+        Runs beside the rounds. Each idle worker that connects takes a lost index no one
+        is joining at yet (one the running round waits for first, else the lowest), so
+        several places fill at once and a newcomer that never acknowledges holds up only
+        its own. The newcomer gets the lost worker's assignment and data; once it
+        acknowledges, it holds that index and the round loop hears of it (``_Replaced``).
+        A worker this job already lost (or one that failed to join) is never taken back.
         """
         job_json = self.config.to_json()
         joining: set[asyncio.Task[None]] = set()
@@ -420,7 +421,7 @@ class JobRun:
                 open_places = self._lost - self._candidates.keys()
                 if not open_places:
                     continue
-                index = min(open_places)
+                index = self._next_place(open_places)
                 session.job_id, session.index = self.id, index  # no longer idle
                 self._candidates[index] = session
                 task = asyncio.create_task(self._take_place(index, session, prepared, job_json))
@@ -432,6 +433,10 @@ class JobRun:
                 task.cancel()
             if joining:
                 await asyncio.wait(joining)
+
+    def _next_place(self, open_places: set[int]) -> int:
+        """The place a newcomer takes: one the running round waits for, else the lowest."""
+        return min(open_places & self._vacant or open_places)
 
     async def _take_place(
         self, index: int, session: WorkerSession, prepared: Prepared, job_json: str
@@ -554,6 +559,7 @@ class JobRun:
         self._expecting = set(contacted)
         outstanding = set(contacted)
         vacant = {w for w in spec.workers if w in self._lost}  # wanted, lost, not replaced
+        self._vacant = vacant  # the replacer fills these places first
         loop = asyncio.get_running_loop()
         deadline_at = loop.time() + self.config.round_timeout
         replace_by: float | None = None  # waiting for a replacement until then
