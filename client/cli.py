@@ -271,8 +271,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else _default_output(config)
     progress = Progress(config.rounds, enabled=not args.no_progress)
     records: list[RoundRecord] = []  # kept as they come: a failed job's rounds are saved too
+    outcome_log = logging.getLogger("codedgd.coordinator.outcome")
+    outcome_level = outcome_log.level
     if not args.verbose:  # the error below says how the job ended; once is enough
-        logging.getLogger("codedgd.coordinator.outcome").setLevel(logging.CRITICAL)
+        outcome_log.setLevel(logging.CRITICAL)
 
     def on_record(record: RoundRecord) -> None:
         records.append(record)
@@ -299,6 +301,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return save_unfinished("run", exc, out, job_doc, records, config, started)
     finally:
         progress.close()
+        outcome_log.setLevel(outcome_level)
     summary = summarize(result.records, time.time() - started, config)
     json_path = write_results(
         out, {**config.to_dict(), "job_id": result.job_id}, result.records, summary

@@ -197,7 +197,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         progress.close()
         if not records:
             raise
-        job_doc = {**config.to_dict(), "job_id": "", "simulation": {"cost": cost.to_dict()}}
+        calibration = vars(sim.calibration) if sim.calibration else None
+        partial = {"cost": sim.cost.to_dict(), "calibration": calibration}
+        job_doc = {**config.to_dict(), "job_id": "", "simulation": partial}
         return save_unfinished("simulate", exc, out, job_doc, records, config, started)
     finally:
         progress.close()

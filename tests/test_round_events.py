@@ -8,14 +8,18 @@ import contextlib
 import time
 
 import numpy as np
+import pytest
 
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.runner import JobRun, _Arrival, _Lost, _Outcome, _Replaced
 from services.coordinator.sessions import Sessions, WorkerSession
+from services.errors import JobFailed
 from services.job import JobConfig
 from services.policies import Policy, create
-from services.policies.base import Estimate, Plan, RoundSpec
+from services.policies.base import Estimate, JobContext, Plan, RoundSpec
+from services.policies.lag import LagCoded
 from services.proto import codedgd_pb2 as pb
+from tests.policies.test_rounds import DEGENERATE_B
 
 DIM = 6
 
@@ -137,3 +141,49 @@ async def test_a_newcomer_takes_the_place_the_running_round_waits_for() -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def test_a_loss_that_leaves_lagc_short_fails_when_the_shortfall_shows() -> None:
+    """lagc's first n-s messages are near-singular and the worker that could fix it was
+    lost earlier: with replace_timeout 0 the round fails at that arrival, with the lost
+    worker named, not at round_timeout."""
+    job, _ = _job(4)
+    policy = create("lagc", {"s": 1}, seed=1)
+    policy.plan(4, 4)
+    assert isinstance(policy, LagCoded) and policy.code is not None
+    policy.code.B = DEGENERATE_B  # {0, 1, 3} cannot decode; {0, 2, 3} can
+    policy.bind(JobContext(n_rows=8, step_size=0.5, smoothness=lambda parts: 1.0))
+    task = await _round(job, policy)  # warm-up: all four contacted
+    job._lost.add(2)
+    job._events.put_nowait(_Lost(2, "disconnected", job._workers[2]))
+    await asyncio.sleep(0.01)
+    assert not task.done()  # 0, 1 and 3 could still decode as far as anyone knows
+    grads = np.random.default_rng(5).standard_normal((4, DIM))
+    for w in (0, 1, 3):
+        result = pb.Result(job_id="j", round=0)
+        job._events.put_nowait(_Arrival(w, result, DEGENERATE_B[w] @ grads, time.perf_counter()))
+    with pytest.raises(JobFailed, match=r"cannot decode round 0 without the lost worker"):
+        await asyncio.wait_for(task, 2)  # round_timeout is 5 s
+
+
+async def test_a_lost_former_holder_cannot_acknowledge_for_the_newcomer() -> None:
+    job, _ = _job(2)
+    old = job._workers[0]
+    job._lost.add(0)
+    newcomer = _session(0, "newcomer")
+    job._candidates[0] = newcomer
+    job._acks[0] = asyncio.get_running_loop().create_future()
+    job.ack(old, pb.AssignmentAck(job_id="j", ok=True))
+    assert not job._acks[0].done()
+    job.ack(newcomer, pb.AssignmentAck(job_id="j", ok=True))
+    assert job._acks[0].result() == ""
+
+
+async def test_a_newcomer_lost_before_its_join_starts_frees_the_place_at_once() -> None:
+    job, _ = _job(2)
+    job._lost.add(0)
+    newcomer = _session(0, "newcomer")
+    job._candidates[0] = newcomer
+    job._acks[0] = asyncio.get_running_loop().create_future()  # as _replace_lost does
+    job.lose(newcomer, "disconnected")
+    assert job._acks[0].result().startswith("disconnected")

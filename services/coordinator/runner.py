@@ -20,6 +20,7 @@ an error naming the worker: the coordinator keeps serving other jobs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -235,8 +236,9 @@ class JobRun:
     def ack(self, session: WorkerSession, ack: pb.AssignmentAck) -> None:
         index = session.index
         holder = self._workers[index] if 0 <= index < len(self._workers) else None
-        if self._candidates.get(index) is not session and holder is not session:
-            return
+        joining = self._candidates.get(index)
+        if session is not (joining if joining is not None else holder):
+            return  # while a newcomer joins at the index, only its ack counts
         future = self._acks.get(index)
         if future is not None and not future.done() and ack.job_id == self.id:
             future.set_result(ack.error)
@@ -294,10 +296,7 @@ class JobRun:
             try:
                 await self._rounds(prepared)
             finally:
-                # A newcomer caught joining is released (JobEnd) before the job's end is
-                # published, not by chance of the loop's order after it.
-                replacer.cancel()
-                await asyncio.wait([replacer], timeout=REPLACER_EXIT_SECONDS)
+                await _stop_replacer(replacer)
             self.state = "done"
         except asyncio.CancelledError:
             self.state = "cancelled"
@@ -424,6 +423,8 @@ class JobRun:
                 index = self._next_place(open_places)
                 session.job_id, session.index = self.id, index  # no longer idle
                 self._candidates[index] = session
+                # With the candidate, so lose() can answer it before the task first runs.
+                self._acks[index] = asyncio.get_running_loop().create_future()
                 task = asyncio.create_task(self._take_place(index, session, prepared, job_json))
                 task.add_done_callback(_log_crash)
                 joining.add(task)
@@ -433,6 +434,9 @@ class JobRun:
                 task.cancel()
             if joining:
                 await asyncio.wait(joining)
+            for session in list(self._candidates.values()):  # a task cancelled unstarted
+                self._detach(session, "not needed")
+            self._candidates.clear()
 
     def _next_place(self, open_places: set[int]) -> int:
         """The place a newcomer takes: one the running round waits for, else the lowest."""
@@ -442,7 +446,6 @@ class JobRun:
         self, index: int, session: WorkerSession, prepared: Prepared, job_json: str
     ) -> None:
         """Assign lost worker ``index``'s part to newcomer ``session``; on its ack, swap it in."""
-        self._acks[index] = asyncio.get_running_loop().create_future()
         try:
             await self._send_assignment(index, session, prepared, job_json)
             try:
@@ -453,7 +456,7 @@ class JobRun:
             self._detach(session, "not needed")
             raise
         finally:
-            del self._candidates[index]
+            self._candidates.pop(index, None)
         if error or session.closed:
             log.warning(
                 "job %s: %s cannot take the place of worker %d: %s",
@@ -679,6 +682,12 @@ class JobRun:
                     self._cancel(t, superseded)
                     outstanding -= superseded
                     cancelled_early += len(superseded)
+                # An arrival can make the round need more than it did when a worker was
+                # lost (cyclic and lagc wait past n-s for a near-singular set): fail or
+                # wait for a replacement now, not at round_timeout.
+                if replace_by is None and not policy.feasible(frozenset(outstanding)):
+                    why = f"round {t} needs more results than the workers left can send; "
+                    replace_by = self._await_replacement(t, policy, loop.time(), why)
         decodable_at = time.perf_counter()
         self._expecting.clear()  # the sum is final: later chunks of this round are dropped
         self._cancel(t, outstanding)
@@ -749,9 +758,22 @@ class JobRun:
         lost = ", ".join(self._workers[w].label for w in sorted(self._lost)) or "none"
         return (
             f"policy {policy.name!r} cannot decode round {t} without the lost worker(s) "
-            f"[{lost}]. Use a straggler-tolerant policy (e.g. ignore-stragglers, frc, cyclic) "
-            "or restart the job with all workers up."
+            f"[{lost}]. Set job.replace_timeout (--replace-timeout) so a new worker can take "
+            "its place, use a policy that tolerates more stragglers (e.g. ignore-stragglers, "
+            "frc or cyclic with a larger s), or restart the job with all workers up."
         )
+
+
+async def _stop_replacer(replacer: asyncio.Task[None]) -> None:
+    """Cancel the replacer and let it release newcomers caught joining (JobEnd).
+
+    Awaited, so that happens before the job's end is published, not by chance of the
+    loop's order after it. A cancel of the job landing meanwhile is not passed on: the
+    job is ending anyway, and its outcome (done, or the error it failed with) stands.
+    """
+    replacer.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait([replacer], timeout=REPLACER_EXIT_SECONDS)
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:
