@@ -182,7 +182,8 @@ class CyclicRepetition(Policy):
                 f"cyclic: decode residual max|a^T B_F - 1^T| = {vec.residual:.3g} exceeds "
                 f"tol={self.tol:g} for survivors {list(vec.workers)} (condition number "
                 f"{vec.condition:.3g}), and no other worker is left to wait for; use "
-                "h=orthonormal, a smaller s, or a group code"
+                + ("" if self.h == "orthonormal" else "h=orthonormal, ")
+                + "a smaller s, a larger tol, or a group code"
             )
         gradient: np.ndarray = a @ self._buffer.rows()
         return Estimate(gradient, tuple(self._arrived), exact=True, residual=vec.residual)

@@ -490,7 +490,9 @@ class LagCoded(_Lazy):
             raise DecodeError(
                 f"lagc: decode residual max|a^T B_F - 1^T| = {vec.residual:.3g} exceeds "
                 f"tol={self.tol:g} for F = {list(F)} (condition number {vec.condition:.3g}), "
-                "and no other worker is left to wait for; use h=orthonormal or a smaller s"
+                "and no other worker is left to wait for; use "
+                + ("" if self.h == "orthonormal" else "h=orthonormal, ")
+                + "a smaller s or a larger tol"
             )
         self.last_weights = dict(zip(F, vec.a.tolist(), strict=True))
         gradient: np.ndarray = vec.a @ self._latest[list(F)]
