@@ -280,6 +280,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         records.append(record)
         progress.update(record)
 
+    job_ids: list[str] = []
     started = time.time()
     try:
         result = asyncio.run(
@@ -288,6 +289,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 data_dir=args.data_dir,
                 on_record=on_record,
                 on_status=progress.status,
+                on_submitted=job_ids.append,
                 metrics_port=args.metrics_port,
                 worker_log=args.worker_log,
             )
@@ -296,8 +298,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.close()
         if not records:
             raise
-        job_id = exc.job_id if isinstance(exc, JobFailed) else ""
-        job_doc = {**config.to_dict(), "job_id": job_id}
+        job_doc = {**config.to_dict(), "job_id": job_ids[0] if job_ids else ""}
         return save_unfinished("run", exc, out, job_doc, records, config, started)
     finally:
         progress.close()

@@ -59,6 +59,7 @@ async def run_local(
     data_dir: str | None = None,
     on_record: Callable[[RoundRecord], None] | None = None,
     on_status: Callable[[str], None] | None = None,
+    on_submitted: Callable[[str], None] | None = None,
     metrics_port: int | None = None,
     worker_log: str | None = None,
     startup_timeout: float = 120.0,
@@ -77,6 +78,8 @@ async def run_local(
     log_file = open(worker_log, "ab") if worker_log else None  # noqa: SIM115
     try:
         job = server.service.submit(config)
+        if on_submitted is not None:
+            on_submitted(job.id)
         job.on_record = on_record
         env = worker_environment(os.environ, token)
         sink = log_file if log_file is not None else asyncio.subprocess.DEVNULL

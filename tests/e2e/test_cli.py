@@ -174,6 +174,7 @@ def test_ctrl_c_keeps_the_rounds_done_so_far(tmp_path: Path) -> None:
     assert "codedgd run: error: interrupted" in stderr and "Traceback" not in stderr
     doc = json.loads(out.read_text())
     assert len(doc["rounds"]) >= 3 and doc["summary"]["error"] == "interrupted"
+    assert len(doc["job"]["job_id"]) == 12  # the coordinator's id of the job
     assert [r["round"] for r in doc["rounds"]] == list(range(len(doc["rounds"])))
 
 
