@@ -138,16 +138,24 @@ class PolynomialCode:
         return E
 
     def decode_weights(self, survivors: Sequence[int]) -> PolynomialDecode:
-        """Weights D for the first ``need`` survivors in ascending order (cached by set)."""
+        """Weights D over all of ``survivors`` (at least ``need``; cached by set).
+
+        With exactly ``need`` survivors D V = Φ is one square solve. With more, D is
+        the least-norm solution: every extra evaluation point lowers ‖D‖, hence the
+        rounding it amplifies, so a set too ill-conditioned to decode within a
+        tolerance can be rescued by the next arrival.
+        """
         key = tuple(sorted(survivors))
         if len(key) < self.need or len(set(key)) != len(key):
             raise ValueError(f"need {self.need} distinct survivors, got {len(set(key))}")
-        key = key[: self.need]
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        V = chebyshev.chebvander(self.alpha[list(key)], self.need - 1)  # (need, need)
-        D = np.linalg.solve(V.T, self._phi.T).T  # D V = Φ
+        V = chebyshev.chebvander(self.alpha[list(key)], self.need - 1)  # (|F|, need)
+        if len(key) == self.need:
+            D = np.linalg.solve(V.T, self._phi.T).T  # D V = Φ
+        else:
+            D = np.linalg.lstsq(V.T, self._phi.T, rcond=None)[0].T
         effective = np.einsum("ui,ijv->ujv", D, self.encoding[list(key)])
         target = np.eye(self.m)[:, None, :]
         residual = float(np.max(np.abs(effective - target)))
@@ -156,9 +164,11 @@ class PolynomialCode:
         self._cache.put(key, out)
         return out
 
-    def weights(self, arrival_order: Sequence[int]) -> tuple[np.ndarray, PolynomialDecode]:
-        """(m, need) weights aligned with the first ``need`` workers of ``arrival_order``."""
-        first = list(arrival_order)[: self.need]
+    def weights(
+        self, arrival_order: Sequence[int], count: int | None = None
+    ) -> tuple[np.ndarray, PolynomialDecode]:
+        """(m, k) weights aligned with the first k = ``count`` (default ``need``) arrivals."""
+        first = list(arrival_order)[: self.need if count is None else count]
         dec = self.decode_weights(first)
         idx = np.searchsorted(np.asarray(dec.workers), np.asarray(first))
         return dec.weights[:, idx], dec

@@ -219,6 +219,8 @@ class Polynomial(_ChunkedPolicy):
         self.tol = tol
         self.code: PolynomialCode | None = None
         self.residual_errors = 0
+        self.extended_rounds = 0  # rounds that waited past n-s arrivals for a good residual
+        self._good = False  # the arrivals so far decode within tol
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         check_n(n_workers, n_partitions)
@@ -253,28 +255,41 @@ class Polynomial(_ChunkedPolicy):
 
     def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
         code = self._code()
-        self._reset(theta, code.need)
+        self._reset(theta, code.n)  # rows past n-s only fill in extended rounds
+        self._good = False
         return RoundSpec(round=t, workers=tuple(range(code.n)))
 
     def offer(self, worker: int, payload: np.ndarray | None) -> bool:
         vector = self._check(worker, payload)
-        if not self._buffer.full:
-            self._buffer.add(vector)
-            self._arrived.append(worker)
-        return self._buffer.full
+        code = self._code()
+        if self._good:
+            return True  # decodable already: a later message is not needed
+        self._buffer.add(vector)
+        self._arrived.append(worker)
+        if len(self._arrived) < code.need:
+            return False
+        # A set whose Vandermonde system is too ill-conditioned waits for the next
+        # arrival and decodes by least norm over all of them (counted in extended_rounds).
+        _, dec = code.weights(self._arrived, len(self._arrived))  # cached: decode() reuses it
+        self._good = dec.residual <= self.tol
+        if not self._good and len(self._arrived) == code.need:
+            self.extended_rounds += 1
+        return self._good or len(self._arrived) == code.n
 
     def decode(self) -> Estimate:
         code = self._code()
-        if not self._started or not self._buffer.full:
+        if not self._started or len(self._arrived) < code.need:
             raise DecodeError(f"polynomial: {len(self._arrived)} of {code.need} arrivals")
-        weights, dec = code.weights(self._arrived)
+        weights, dec = code.weights(self._arrived, len(self._arrived))
         self.last_residual, self.last_condition = dec.residual, dec.condition
         if not dec.residual <= self.tol:
             self.residual_errors += 1
             raise DecodeError(
                 f"polynomial: decode residual {dec.residual:.3g} exceeds tol={self.tol:g} for "
                 f"survivors {list(dec.workers)} (Vandermonde condition number "
-                f"{dec.condition:.3g}); use points=interleaved, a smaller s, or group-mds"
+                f"{dec.condition:.3g}), and no other worker is left to wait for; use "
+                + ("" if self.points == "interleaved" else "points=interleaved, ")
+                + "a smaller s, or group-mds"
             )
         chunks = weights @ self._buffer.rows()
         return Estimate(
@@ -285,4 +300,6 @@ class Polynomial(_ChunkedPolicy):
         if self.code is None:
             return True
         pending = len(outstanding - self._seen)
+        if len(self._arrived) >= self.code.need and not self._good:
+            return pending > 0  # waiting past n-s for a better-conditioned set
         return len(self._arrived) + pending >= self.code.need

@@ -10,7 +10,7 @@ import pytest
 
 from services.errors import DecodeError
 from services.policies import Policy
-from services.policies.comm_efficient import GroupMDS
+from services.policies.comm_efficient import GroupMDS, Polynomial
 from services.policies.cyclic import CyclicRepetition
 from tests.policies.support import messages, planned, relative_error, run_round
 
@@ -221,3 +221,36 @@ def test_uncoded_sums_on_arrival_and_the_others_are_offered_whole() -> None:
         other, _ = planned(name, 4, params)
         other.begin_round(0, np.zeros(DIM))
         assert other.arrival_sum() is None, name
+
+
+def test_polynomial_waits_past_n_minus_s_when_the_first_arrivals_are_ill_conditioned() -> None:
+    """points=ordered at n = 24, s = 10: most sets of n - s = 14 decode above tol, and
+    waiting for more arrivals (least-norm weights) brings every one within it."""
+    n = 24
+    policy, plan = planned("polynomial", n, {"s": 10, "m": 2, "points": "ordered"})
+    assert isinstance(policy, Polynomial)
+    rng = np.random.default_rng(11)
+    grads = rng.standard_normal((n, DIM))
+    msgs = messages(plan, grads)
+    for trial in range(30):
+        order = rng.permutation(n).tolist()
+        extended = policy.extended_rounds
+        est = run_round(policy, msgs, order, DIM, t=trial)
+        waited = policy.extended_rounds - extended
+        assert len(est.workers_used) >= 14
+        assert (len(est.workers_used) > 14) == bool(waited)
+        assert est.workers_used == tuple(order[: len(est.workers_used)])
+        assert est.exact and est.residual <= policy.tol
+        assert relative_error(est.gradient, grads.sum(axis=0)) < 1e-6
+    assert policy.extended_rounds >= 15  # most rounds needed more than n - s
+    assert policy.residual_errors == 0
+
+
+def test_polynomial_waiting_past_n_minus_s_is_infeasible_once_no_one_is_left() -> None:
+    policy, plan = planned("polynomial", 8, {"s": 2, "m": 2, "tol": 1e-30})
+    msgs = messages(plan, np.random.default_rng(2).standard_normal((8, DIM)))
+    policy.begin_round(0, np.zeros(DIM))
+    for w in range(6):
+        assert not policy.offer(w, msgs[w])
+    assert policy.feasible(frozenset({6}))
+    assert not policy.feasible(frozenset())
