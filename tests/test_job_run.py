@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from services.coordinator import runner
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.runner import JobRun
 from services.coordinator.sessions import Sessions
@@ -27,3 +30,32 @@ async def test_a_watcher_waits_for_the_next_change_only() -> None:
     assert not waiter.done()
     job._publish()
     await asyncio.wait_for(waiter, timeout=5)
+
+
+async def test_a_cancel_while_the_job_lets_its_replacer_go_ends_it_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client was told 'cancelled': the job must not then report 'done'."""
+    job = JobRun("j", JobConfig(), Sessions(), CoordinatorMetrics())
+    stopping = asyncio.Event()
+
+    async def nothing(*args: object) -> None:
+        await asyncio.sleep(0.05)  # the replacer task starts meanwhile
+
+    async def slow_replacer(prepared: object) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            stopping.set()
+            await asyncio.sleep(0.2)  # releasing newcomers takes a moment
+            raise
+
+    monkeypatch.setattr(runner, "prepare", lambda config, data_dir: None)
+    monkeypatch.setattr(job, "_assign", nothing)
+    monkeypatch.setattr(job, "_rounds", nothing)  # every round done at once
+    monkeypatch.setattr(job, "_replace_lost", slow_replacer)
+    task = asyncio.create_task(job.run())
+    await asyncio.wait_for(stopping.wait(), 5)
+    task.cancel()  # what CoordinatorService.cancel does
+    await asyncio.wait_for(task, 5)
+    assert job.state == "cancelled"

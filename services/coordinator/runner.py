@@ -20,7 +20,6 @@ an error naming the worker: the coordinator keeps serving other jobs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -296,7 +295,9 @@ class JobRun:
             try:
                 await self._rounds(prepared)
             finally:
-                await _stop_replacer(replacer)
+                cancelled_meanwhile = await _stop_replacer(replacer)
+            if cancelled_meanwhile:  # a client's cancel landed as the last round ended
+                raise asyncio.CancelledError
             self.state = "done"
         except asyncio.CancelledError:
             self.state = "cancelled"
@@ -686,7 +687,11 @@ class JobRun:
                 # lost (cyclic and lagc wait past n-s for a near-singular set): fail or
                 # wait for a replacement now, not at round_timeout.
                 if replace_by is None and not policy.feasible(frozenset(outstanding)):
-                    why = f"round {t} needs more results than the workers left can send; "
+                    why = (
+                        f"round {t}: the results so far decode above the policy's tol (a "
+                        "near-singular set; see its tol and code options) and the workers "
+                        "left cannot fix that; "
+                    )
                     replace_by = self._await_replacement(t, policy, loop.time(), why)
         decodable_at = time.perf_counter()
         self._expecting.clear()  # the sum is final: later chunks of this round are dropped
@@ -764,16 +769,21 @@ class JobRun:
         )
 
 
-async def _stop_replacer(replacer: asyncio.Task[None]) -> None:
+async def _stop_replacer(replacer: asyncio.Task[None]) -> bool:
     """Cancel the replacer and let it release newcomers caught joining (JobEnd).
 
     Awaited, so that happens before the job's end is published, not by chance of the
-    loop's order after it. A cancel of the job landing meanwhile is not passed on: the
-    job is ending anyway, and its outcome (done, or the error it failed with) stands.
+    loop's order after it. A cancel of the job landing meanwhile does not cut that
+    short; it is reported (True) so a job that was ending well ends cancelled, as the
+    client was told, while one already failing keeps its error.
     """
     replacer.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         await asyncio.wait([replacer], timeout=REPLACER_EXIT_SECONDS)
+    except asyncio.CancelledError:
+        await asyncio.wait([replacer], timeout=REPLACER_EXIT_SECONDS)
+        return True
+    return False
 
 
 def _log_crash(task: asyncio.Task[None]) -> None:
