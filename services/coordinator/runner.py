@@ -818,19 +818,25 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
     else:
         blocks = partition_rows(dataset.n_train, k, config.seed)
     lr = choose_lr(config, model, dataset.X_train)
-    policy.bind(_context(model, dataset, blocks, lr))
+    policy.bind(_context(config, model, dataset, blocks, lr))
     return Prepared(dataset, model, policy, plan, blocks, lr)
 
 
-def _context(model: Model, dataset: Dataset, blocks: list[np.ndarray], lr: float) -> JobContext:
+def _context(
+    config: JobConfig, model: Model, dataset: Dataset, blocks: list[np.ndarray], lr: float
+) -> JobContext:
     """The policy's view of the loaded job (smoothness computed only when asked)."""
+    from services.optim import create_optimizer
+
     n_rows = dataset.n_train
 
     def smoothness(partitions: Sequence[int]) -> float:
         rows = np.sort(np.concatenate([blocks[p] for p in partitions]))
         return float(model.smoothness(take_rows(dataset.X_train, rows))) / n_rows
 
-    return JobContext(n_rows=n_rows, step_size=lr, smoothness=smoothness)
+    # The same schedule the job's optimizer follows (its step sizes depend on the options only).
+    schedule = create_optimizer({**config.optimizer, "lr": lr}, np.zeros(1)).step_size
+    return JobContext(n_rows=n_rows, step_size=lr, smoothness=smoothness, step_size_at=schedule)
 
 
 def choose_lr(config: JobConfig, model: Model, X: Matrix) -> float:

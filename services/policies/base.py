@@ -100,7 +100,9 @@ class JobContext:
     """What the coordinator knows once the data is loaded, for :meth:`Policy.bind`.
 
     The coordinator steps θ ← θ − α·(Σ_j g_j / N + λθ): ``n_rows`` is N and
-    ``step_size`` is α. ``smoothness(partitions)`` is a smoothness constant of
+    ``step_size`` is α, the base step size; ``step_size_at(t)`` is the step the
+    schedule takes in round t (α itself under the constant schedule, and when None).
+    ``smoothness(partitions)`` is a smoothness constant of
     f_P(θ) = (1/N)·Σ_{rows x of the partitions P} ℓ(x; θ) (the data term only; the
     L2 term is applied fresh by the coordinator every round). It is computed on
     demand, so policies that do not call it cost nothing.
@@ -109,6 +111,11 @@ class JobContext:
     n_rows: int
     step_size: float
     smoothness: Callable[[Sequence[int]], float]
+    step_size_at: Callable[[int], float] | None = None
+
+    def step_at(self, t: int) -> float:
+        """The step size of round t."""
+        return self.step_size if self.step_size_at is None else self.step_size_at(t)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ A unit refreshes its message only when its trigger fires, compared with
 
     RHSᵏ = (1 / (α² M²)) Σ_{d=1..D} ξ_d ‖θ^{k+1−d} − θ^{k−d}‖²,   ξ_d = ξ / D,
 
+(α: the step size of round k, ``JobContext.step_at``; the base step unless a schedule decays it)
+
 where M is the number of units. Scales: a message is a gradient *sum* g (the coordinator
 divides by N), so a change δg of a message is a change δg/N of the objective's gradient;
 LAG-WK's worker test ‖δ∇f_m‖² > RHS becomes ‖δg_m‖² > N²·RHS, which is the threshold sent.
@@ -143,7 +145,7 @@ class _Lazy(Policy, ABC):
 
     def rhs(self) -> float:
         ctx = self._ctx()
-        return self.history.rhs(ctx.step_size, self._units)
+        return self.history.rhs(ctx.step_at(self._t), self._units)
 
     def _stale_distance(self) -> np.ndarray:
         """‖θ̂_u − θᵏ‖² per unit."""

@@ -16,7 +16,7 @@ from services.errors import ConfigError, DecodeError, PlanError
 from services.job import Component, JobConfig
 from services.policies import Estimate, Policy, create
 from services.policies.base import JobContext
-from services.policies.lag import GroupLag, LagCoded, LagHistory
+from services.policies.lag import GroupLag, LagCoded, LagHistory, _Lazy
 from services.sim import CostModel, Simulator
 from services.worker.lazy import THRESHOLD_PARAM, LazyUploader
 from tests.policies.test_rounds import DECODES_AT_N_MINUS_S, DEGENERATE_B
@@ -47,6 +47,35 @@ def test_rhs_is_the_weighted_sum_of_the_last_D_moves() -> None:
         ]
         expected = (xi / D) * sum(moves) / (alpha**2 * M**2)
         assert history.rhs(alpha, M) == pytest.approx(expected, rel=1e-12)
+
+
+def test_rhs_follows_the_step_size_schedule_of_the_round() -> None:
+    """Under a decaying schedule the trigger divides by the step of round k, not the base."""
+    policy = create("lag-ps", {"D": 2, "xi": 1.0})
+    policy.plan(4, 4)
+
+    def schedule(t: int) -> float:
+        return 0.5 / (1.0 + t)
+
+    policy.bind(JobContext(100, 0.5, lambda parts: 1.0, step_size_at=schedule))
+    assert isinstance(policy, _Lazy)
+    rng = np.random.default_rng(3)
+    for t in range(5):
+        policy.begin_round(t, rng.standard_normal(3))
+        assert policy.rhs() == pytest.approx(policy.history.rhs(schedule(t), 4), rel=1e-12)
+    assert policy.rhs() > 0 and policy.rhs() != policy.history.rhs(0.5, 4)
+
+
+def test_the_job_context_carries_the_optimizer_schedule() -> None:
+    config = JobConfig(
+        workers=2,
+        data=Component("synthetic", {"rows": 40, "dim": 3}),
+        policy=Component("lag-ps", {}),
+        optimizer={"lr": 0.2, "schedule": "inverse-sqrt"},
+    )
+    ctx = prepare(config, None).policy._ctx()  # type: ignore[attr-defined]
+    assert ctx.step_at(0) == pytest.approx(0.2)
+    assert ctx.step_at(3) == pytest.approx(0.2 / 2.0)
 
 
 def test_worker_trigger_uploads_only_past_the_threshold_and_remembers_uploads() -> None:
