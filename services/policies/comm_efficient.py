@@ -20,7 +20,16 @@ from services.codes.frc import divisors
 from services.codes.group_mds import GroupMDSCode
 from services.codes.polynomial import POINT_LAYOUTS, PolynomialCode
 from services.errors import ConfigError, DecodeError, PlanError
-from services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan, check_n
+from services.policies.base import (
+    Estimate,
+    Param,
+    Plan,
+    Policy,
+    ResidualWait,
+    RoundSpec,
+    WorkerPlan,
+    check_n,
+)
 from services.policies.cyclic import ArrivalBuffer
 from services.policies.frc import check_one_partition_per_worker, check_payload, nearest
 from services.policies.registry import register
@@ -219,8 +228,7 @@ class Polynomial(_ChunkedPolicy):
         self.tol = tol
         self.code: PolynomialCode | None = None
         self.residual_errors = 0
-        self.extended_rounds = 0  # rounds that waited past n-s arrivals for a good residual
-        self._good = False  # the arrivals so far decode within tol
+        self._wait = ResidualWait()
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         check_n(n_workers, n_partitions)
@@ -256,13 +264,13 @@ class Polynomial(_ChunkedPolicy):
     def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
         code = self._code()
         self._reset(theta, code.n)  # rows past n-s only fill in extended rounds
-        self._good = False
+        self._wait.reset()
         return RoundSpec(round=t, workers=tuple(range(code.n)))
 
     def offer(self, worker: int, payload: np.ndarray | None) -> bool:
         vector = self._check(worker, payload)
         code = self._code()
-        if self._good:
+        if self._wait.good:
             return True  # decodable already: a later message is not needed
         self._buffer.add(vector)
         self._arrived.append(worker)
@@ -271,10 +279,12 @@ class Polynomial(_ChunkedPolicy):
         # A set whose Vandermonde system is too ill-conditioned waits for the next
         # arrival and decodes by least norm over all of them (counted in extended_rounds).
         _, dec = code.weights(self._arrived, len(self._arrived))  # cached: decode() reuses it
-        self._good = dec.residual <= self.tol
-        if not self._good and len(self._arrived) == code.need:
-            self.extended_rounds += 1
-        return self._good or len(self._arrived) == code.n
+        return self._wait.judge(len(self._arrived), code.need, code.n, dec.residual, self.tol)
+
+    @property
+    def extended_rounds(self) -> int:
+        """Rounds that waited past n−s arrivals for a good residual."""
+        return self._wait.extended_rounds
 
     def decode(self) -> Estimate:
         code = self._code()
@@ -300,6 +310,4 @@ class Polynomial(_ChunkedPolicy):
         if self.code is None:
             return True
         pending = len(outstanding - self._seen)
-        if len(self._arrived) >= self.code.need and not self._good:
-            return pending > 0  # waiting past n-s for a better-conditioned set
-        return len(self._arrived) + pending >= self.code.need
+        return self._wait.feasible(len(self._arrived), pending, self.code.need)

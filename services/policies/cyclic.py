@@ -19,7 +19,16 @@ import numpy as np
 
 from services.codes.cyclic import H_KINDS, CyclicCode
 from services.errors import ConfigError, DecodeError, PlanError
-from services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan, check_n
+from services.policies.base import (
+    Estimate,
+    Param,
+    Plan,
+    Policy,
+    ResidualWait,
+    RoundSpec,
+    WorkerPlan,
+    check_n,
+)
 from services.policies.frc import check_one_partition_per_worker, check_payload
 from services.policies.registry import register
 
@@ -117,14 +126,13 @@ class CyclicRepetition(Policy):
         self.seed = seed
         self.code: CyclicCode | None = None
         self.residual_errors = 0  # decodes refused for a residual above tol
-        self.extended_rounds = 0  # rounds that waited past n-s arrivals for a good residual
         self.last_residual = 0.0
         self.last_condition = 0.0
         self._buffer = ArrivalBuffer()
         self._arrived: list[int] = []
         self._dim = 0
         self._started = False
-        self._good = False  # the arrivals so far decode within tol
+        self._wait = ResidualWait()
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         self.code, plan = cyclic_plan(self.name, self.s, self.h, self.seed, n_workers, n_partitions)
@@ -145,7 +153,7 @@ class CyclicRepetition(Policy):
         self._buffer.reset(code.n, self._dim)  # rows past n-s only fill in extended rounds
         self._arrived = []
         self._started = True
-        self._good = False
+        self._wait.reset()
         return RoundSpec(round=t, workers=tuple(range(code.n)))
 
     def offer(self, worker: int, payload: np.ndarray | None) -> bool:
@@ -157,17 +165,19 @@ class CyclicRepetition(Policy):
         if worker in self._arrived:
             raise DecodeError(f"cyclic: worker {worker} offered twice in one round")
         vector = check_payload(self.name, worker, payload, self._dim)
-        if self._good:
+        if self._wait.good:
             return True  # decodable already: a later message is not needed
         self._buffer.add(vector)
         self._arrived.append(worker)
         if len(self._arrived) < self.wanted:
             return False
         _, vec = self._code().weights(self._arrived)  # cached per set: decode() reuses it
-        self._good = vec.residual <= self.tol
-        if not self._good and len(self._arrived) == self.wanted:
-            self.extended_rounds += 1
-        return self._good or len(self._arrived) == self._code().n
+        return self._wait.judge(len(self._arrived), self.wanted, n, vec.residual, self.tol)
+
+    @property
+    def extended_rounds(self) -> int:
+        """Rounds that waited past n−s arrivals for a good residual."""
+        return self._wait.extended_rounds
 
     def decode(self) -> Estimate:
         code = self._code()
@@ -192,6 +202,4 @@ class CyclicRepetition(Policy):
         if self.code is None:
             return True
         pending = len(outstanding - set(self._arrived))
-        if len(self._arrived) >= self.wanted and not self._good:
-            return pending > 0  # waiting past n-s for a better-conditioned set
-        return len(self._arrived) + pending >= self.wanted
+        return self._wait.feasible(len(self._arrived), pending, self.wanted)
