@@ -136,5 +136,5 @@ async def run_local(
         if log_file is not None:
             log_file.close()
     if result.state != "done":
-        raise JobFailed(f"job {result.job_id} {result.state}: {result.error}", result.job_id)
+        raise JobFailed(f"job {result.job_id} {result.state}: {result.error}")
     return result

@@ -29,7 +29,3 @@ class DecodeError(CodedGDError):
 
 class JobFailed(CodedGDError):
     """A job stopped before its last round (worker lost, cancelled, error)."""
-
-    def __init__(self, message: str, job_id: str = "") -> None:
-        super().__init__(message)
-        self.job_id = job_id  # the job's id, when the job had one
