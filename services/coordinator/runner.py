@@ -683,10 +683,11 @@ class JobRun:
                     self._cancel(t, superseded)
                     outstanding -= superseded
                     cancelled_early += len(superseded)
-                # An arrival can make the round need more than it did when a worker was
-                # lost (cyclic and lagc wait past n-s for a near-singular set): fail or
-                # wait for a replacement now, not at round_timeout.
-                if replace_by is None and not policy.feasible(frozenset(outstanding)):
+                # With a wanted worker missing, an arrival can make the round need more
+                # than it did at the loss (cyclic, polynomial and lagc wait past n-s for a
+                # near-singular set): fail or wait for a replacement now, not at
+                # round_timeout. With no one missing, every arrival keeps it feasible.
+                if vacant and replace_by is None and not policy.feasible(frozenset(outstanding)):
                     why = (
                         f"round {t}: the results so far decode above the policy's tol (a "
                         "near-singular set; see its tol and code options) and the workers "
