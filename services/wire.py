@@ -171,7 +171,9 @@ class Assembler:
     With ``add_into`` (a float64 vector of the tensor's shape) nothing is assembled:
     each chunk is added into that vector's matching slice as it arrives, and the
     vector is returned once the last chunk is in. A chunk that fails a check leaves
-    the chunks before it added.
+    the chunks before it added. ``skip_bytes`` (with ``add_into``) is how many leading
+    bytes of the tensor are in that vector already, from an earlier sender of the same
+    values that was lost part-way (:attr:`added_bytes`): they are checked, not added again.
     """
 
     def __init__(
@@ -183,11 +185,15 @@ class Assembler:
         max_bytes: int = 8 * 1024**3,
         pool: BufferPool | None = None,
         add_into: np.ndarray | None = None,
+        skip_bytes: int = 0,
     ) -> None:
         if add_into is not None and (
             add_into.dtype != np.float64 or dtype != "<f8" or shape != add_into.shape
         ):
             raise ValueError("add_into needs dtype='<f8' and the float64 vector's own shape")
+        if skip_bytes and (add_into is None or skip_bytes % 8 or skip_bytes > add_into.nbytes):
+            raise ValueError("skip_bytes needs add_into and whole float64s within it")
+        self._skip = skip_bytes
         self.key = key
         self._pool = pool
         self._add_into = add_into
@@ -261,9 +267,17 @@ class Assembler:
                 f"tensor {self.key!r}: chunk {self._received - 1} of {len(data)} bytes does "
                 f"not fit the {self._nbytes - self._filled} bytes left of whole float64s"
             )
-        target = self._add_into[self._filled // 8 : end // 8]
-        np.add(target, np.frombuffer(data, dtype="<f8"), out=target)
+        start = max(self._filled, self._skip)  # bytes before start are in the sum already
+        if start < end:
+            target = self._add_into[start // 8 : end // 8]
+            values = np.frombuffer(data, dtype="<f8")[(start - self._filled) // 8 :]
+            np.add(target, values, out=target)
         self._filled = end
+
+    @property
+    def added_bytes(self) -> int:
+        """With ``add_into``: how many leading bytes of the tensor are in it so far."""
+        return max(self._filled, self._skip)
 
     def _start(self, chunk: pb.TensorChunk) -> None:
         if chunk.dtype not in ALLOWED_DTYPES:

@@ -81,6 +81,31 @@ def test_add_into_sums_the_chunks_in_place() -> None:
     np.testing.assert_array_equal(total, start + x)
 
 
+@pytest.mark.parametrize("skip_floats", [0, 2, 3, 5, 10])
+def test_add_into_skips_the_values_a_lost_sender_already_added(skip_floats: int) -> None:
+    """A sender lost after adding a prefix; its replacement adds the rest, even when the
+    prefix ends inside one of its chunks (3 floats a chunk here)."""
+    x = np.random.default_rng(2).standard_normal(10)
+    total = np.zeros(10)
+    total[:skip_floats] = x[:skip_floats]  # what the lost sender left in the sum
+    asm = Assembler(
+        "gradient", dtype="<f8", shape=(10,), add_into=total, skip_bytes=8 * skip_floats
+    )
+    for c in tensor_chunks("gradient", x, chunk_bytes=24):
+        asm.add(c)
+        assert asm.added_bytes >= 8 * skip_floats
+    np.testing.assert_array_equal(total, x)
+    assert asm.added_bytes == 80
+
+
+def test_skip_bytes_must_be_whole_float64s_of_the_sum() -> None:
+    for bad in (4, 88):
+        with pytest.raises(ValueError, match="skip_bytes"):
+            Assembler("gradient", dtype="<f8", shape=(10,), add_into=np.zeros(10), skip_bytes=bad)
+    with pytest.raises(ValueError, match="skip_bytes"):
+        Assembler("gradient", dtype="<f8", shape=(10,), skip_bytes=8)
+
+
 def test_add_into_refuses_a_chunk_of_partial_floats() -> None:
     total = np.zeros(4)
     asm = Assembler("gradient", dtype="<f8", shape=(4,), add_into=total)

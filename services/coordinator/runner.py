@@ -14,7 +14,10 @@ connects while the job has lost workers takes the place of one (its assignment
 and data, then θ of the round in progress if that round still needs it). When a
 lost worker makes the round undecodable (``policy.feasible``), the round waits
 ``job.replace_timeout`` seconds for such a replacement, then the job fails with
-an error naming the worker: the coordinator keeps serving other jobs.
+an error naming the worker: the coordinator keeps serving other jobs. A worker
+lost part-way through a result that was being added into the sum leaves those
+bytes in it; its replacement computes the same values (same place, same θ_t) and
+adds only the rest.
 """
 
 from __future__ import annotations
@@ -156,6 +159,8 @@ class JobRun:
     _current_round: int = -1
     _summing: np.ndarray | None = None  # policy.arrival_sum() of the current round
     _expecting: set[int] = field(default_factory=set)  # results the sum still takes
+    # place → leading bytes of its result in the sum already, from a holder lost part-way
+    _summed_prefix: dict[int, int] = field(default_factory=dict)
     _late: int = 0
     _bytes_up: int = 0
     _acks: dict[int, asyncio.Future[str]] = field(default_factory=dict)
@@ -229,7 +234,13 @@ class JobRun:
             return _Partial(int(result.round), pooled, result)
         if worker not in self._expecting:
             return _Partial(int(result.round), None, result, summing=True)
-        adding = Assembler("gradient", dtype="<f8", shape=shape, add_into=self._summing)
+        adding = Assembler(
+            "gradient",
+            dtype="<f8",
+            shape=shape,
+            add_into=self._summing,
+            skip_bytes=self._summed_prefix.get(worker, 0),
+        )
         return _Partial(int(result.round), adding, result, summing=True)
 
     def ack(self, session: WorkerSession, ack: pb.AssignmentAck) -> None:
@@ -255,6 +266,15 @@ class JobRun:
             return  # not (or no longer) one of this job's workers
         self._lost.add(index)
         self._retired.add(session.id)
+        partial = self._partials.pop(index, None)
+        if (
+            partial is not None
+            and partial.round == self._current_round
+            and partial.summing
+            and partial.assembler is not None
+        ):
+            # Part of its result is in the sum: whoever takes the place adds the rest.
+            self._summed_prefix[index] = partial.assembler.added_bytes
         self._vacancy.set()
         self.metrics.stragglers.labels("lost").inc()
         if future is not None and not future.done():
@@ -561,6 +581,7 @@ class JobRun:
         # the policy sums every payload (Policy.arrival_sum); else assembled and offered.
         self._summing = policy.arrival_sum()
         self._expecting = set(contacted)
+        self._summed_prefix = {}
         outstanding = set(contacted)
         vacant = {w for w in spec.workers if w in self._lost}  # wanted, lost, not replaced
         self._vacant = vacant  # the replacer fills these places first
@@ -639,18 +660,6 @@ class JobRun:
                     vacant.add(event.worker)
                 outstanding.discard(event.worker)
                 self._expecting.discard(event.worker)
-                partial = self._partials.pop(event.worker, None)
-                if (
-                    partial is not None
-                    and partial.round == t
-                    and partial.summing
-                    and partial.assembler is not None
-                ):
-                    raise JobFailed(
-                        f"worker {event.worker} was lost in round {t} ({event.reason}) after "
-                        "part of its result was added into the sum; the round cannot be "
-                        "decoded without the rest"
-                    )
                 if replace_by is None and not policy.feasible(frozenset(outstanding)):
                     why = f"worker {event.worker} was lost in round {t} ({event.reason}); "
                     replace_by = self._await_replacement(t, policy, loop.time(), why)

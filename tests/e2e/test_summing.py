@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
@@ -64,7 +65,7 @@ async def test_a_chunked_result_is_summed_once_and_a_second_one_is_dropped(
     assert job.records[0].workers_used == (0, 1)  # type: ignore[attr-defined]
 
 
-async def test_a_result_started_over_after_part_was_summed_fails_the_round_clearly(
+async def test_a_result_started_over_after_part_was_summed_loses_that_worker_clearly(
     coordinator: CoordinatorServer,
 ) -> None:
     def restarting(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
@@ -77,6 +78,74 @@ async def test_a_result_started_over_after_part_was_summed_fails_the_round_clear
     bad = FakeWorker(coordinator.port, restarting, name="a")
     good = FakeWorker(coordinator.port, honest, name="b")
     job = await _run(coordinator, [bad, good], settled=lambda: bad.rejected is not None)
+    # Thrown out as lost; uncoded without replace_timeout cannot decode without it.
     assert job.state == "failed"  # type: ignore[attr-defined]
-    assert "added into the sum" in job.error  # type: ignore[attr-defined]
+    assert "started over after part of it was summed" in job.error  # type: ignore[attr-defined]
+    assert "job.replace_timeout" in job.error  # type: ignore[attr-defined]
     assert bad.rejected is not None and "started over" in bad.rejected
+
+
+@pytest.mark.parametrize("cut", [(1, 3), (3, 1)])
+async def test_a_worker_lost_part_way_through_a_summed_result_is_finished_by_its_replacement(
+    coordinator: CoordinatorServer, cut: tuple[int, int]
+) -> None:
+    """Holders of place 0 send ``cut[0]``, then ``cut[1]`` of its 4 chunks and are lost; a
+    third sends all 4. The sum must hold each of place 0's values exactly once."""
+
+    def partly(chunks: int) -> Callable[[int, np.ndarray, pb.Assignment], list[pb.Result]]:
+        def behave(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+            return result(a.job_id, round_, VECTORS["a"], CHUNK)[:chunks]
+
+        return behave
+
+    def honest(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+        return result(a.job_id, round_, VECTORS["b"], CHUNK)
+
+    holders = [FakeWorker(coordinator.port, partly(c), name=f"a{c}") for c in cut]
+    last = FakeWorker(coordinator.port, partly(4), name="a-last")
+    b = FakeWorker(coordinator.port, honest, name="b")
+    fakes = [*holders, last, b]
+    holders[0].start()
+    b.start()
+    try:
+        await wait_for(lambda: len(coordinator.service.sessions) == 2)
+        config = JobConfig(
+            workers=2,
+            rounds=1,
+            data=SYNTH,
+            optimizer={"lr": 1.0},
+            round_timeout=30,
+            replace_timeout=30,
+        )
+        job = coordinator.service.submit(config)
+        await wait_for(lambda: job.state == "running")
+        index = next(i for i, w in enumerate(job._workers) if w.name == holders[0].name)
+        in_sum = 0  # bytes of place 0's result in the sum so far
+        for holder, chunks in zip(holders, cut, strict=True):
+            if holder is not holders[0]:
+                holder.start()
+                await wait_for(lambda h=holder: job._workers[index].name == h.name)
+            in_sum = max(in_sum, CHUNK * chunks)
+            # Its chunks are in (the partial waits for the rest): now it is lost.
+            await wait_for(
+                lambda want=in_sum: (
+                    (p := job._partials.get(index)) is not None
+                    and p.assembler is not None
+                    and p.assembler.added_bytes == want
+                )
+            )
+            await holder.stop()
+            await wait_for(lambda: index in job._lost)
+        last.start()
+        while not job.finished:
+            await asyncio.wait_for(job.wait_change(), 60)
+    finally:
+        for fake in fakes:
+            await fake.stop()
+    assert job.state == "done", job.error
+    theta = np.asarray(job.theta)
+    expected = VECTORS["a"] + VECTORS["b"]
+    scale = theta[0] / expected[0]  # -lr/N: one gradient step from θ0 = 0
+    assert scale < 0
+    np.testing.assert_allclose(theta, scale * expected, rtol=1e-12)
+    assert job.records[0].workers_used == (0, 1)
