@@ -179,7 +179,7 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--stragglers",
         help="straggler model: none (default), exponential, "
-        "shifted-exponential, pareto, fixed, slowdown, fail-stop, trace",
+        "shifted-exponential, pareto, fixed, slowdown, fail-stop, crash, trace",
     )
     g.add_argument(
         "--straggler-opt",

@@ -376,7 +376,13 @@ class JobRun:
                 raise JobFailed(f"{self._workers[index].label} cannot take its assignment: {error}")
 
     async def _send_assignment(
-        self, index: int, session: WorkerSession, prepared: Prepared, job_json: str
+        self,
+        index: int,
+        session: WorkerSession,
+        prepared: Prepared,
+        job_json: str,
+        *,
+        replacement: bool = False,
     ) -> None:
         """Queue worker ``index``'s Assignment, its partitions' rows and AssignmentEnd."""
         plan, ds = prepared.plan, prepared.dataset
@@ -405,6 +411,7 @@ class JobRun:
                 inline_data=not from_disk,
                 options=options,
                 n_partitions=plan.n_partitions,
+                replacement=replacement,
             )
         )
         session.send(assignment)
@@ -468,7 +475,7 @@ class JobRun:
     ) -> None:
         """Assign lost worker ``index``'s part to newcomer ``session``; on its ack, swap it in."""
         try:
-            await self._send_assignment(index, session, prepared, job_json)
+            await self._send_assignment(index, session, prepared, job_json, replacement=True)
             try:
                 error = await asyncio.wait_for(self._acks[index], self.assign_timeout)
             except TimeoutError:

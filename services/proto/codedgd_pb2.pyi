@@ -50,7 +50,7 @@ class Reject(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("job_id", "worker_index", "n_workers", "job_json", "partitions", "coefficients", "chunks", "dim", "inline_data", "options", "n_partitions")
+    __slots__ = ("job_id", "worker_index", "n_workers", "job_json", "partitions", "coefficients", "chunks", "dim", "inline_data", "options", "n_partitions", "replacement")
     class OptionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class Assignment(_message.Message):
     INLINE_DATA_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     N_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     worker_index: int
     n_workers: int
@@ -80,7 +81,8 @@ class Assignment(_message.Message):
     inline_data: bool
     options: _containers.ScalarMap[str, str]
     n_partitions: int
-    def __init__(self, job_id: _Optional[str] = ..., worker_index: _Optional[int] = ..., n_workers: _Optional[int] = ..., job_json: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., coefficients: _Optional[_Union[TensorChunk, _Mapping]] = ..., chunks: _Optional[int] = ..., dim: _Optional[int] = ..., inline_data: _Optional[bool] = ..., options: _Optional[_Mapping[str, str]] = ..., n_partitions: _Optional[int] = ...) -> None: ...
+    replacement: bool
+    def __init__(self, job_id: _Optional[str] = ..., worker_index: _Optional[int] = ..., n_workers: _Optional[int] = ..., job_json: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., coefficients: _Optional[_Union[TensorChunk, _Mapping]] = ..., chunks: _Optional[int] = ..., dim: _Optional[int] = ..., inline_data: _Optional[bool] = ..., options: _Optional[_Mapping[str, str]] = ..., n_partitions: _Optional[int] = ..., replacement: _Optional[bool] = ...) -> None: ...
 
 class PartitionData(_message.Message):
     __slots__ = ("job_id", "partition", "chunk")

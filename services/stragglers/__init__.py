@@ -17,6 +17,7 @@ from typing import Any
 from services.errors import ConfigError
 from services.stragglers.base import StragglerModel
 from services.stragglers.models import (
+    Crash,
     ExponentialDelay,
     FailStop,
     FixedDelay,
@@ -30,6 +31,7 @@ from services.stragglers.models import (
 
 __all__ = [
     "STRAGGLER_MODELS",
+    "Crash",
     "ExponentialDelay",
     "FailStop",
     "FixedDelay",
@@ -42,6 +44,7 @@ __all__ = [
     "StragglerInfo",
     "StragglerModel",
     "TraceDelay",
+    "crash_restart",
     "create_straggler_model",
 ]
 
@@ -127,6 +130,20 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
             Param("start", int, 0, "the first round they do not answer, >= 0"),
         ),
     ),
+    "crash": StragglerInfo(
+        "count workers, chosen once from the seed, disconnect on receiving θ of round start "
+        "and connect again as new workers restart seconds later (a lost place, replaced)",
+        (
+            Param("count", int, 1, "crashing workers, 0..n"),
+            Param("start", int, 0, "the round whose θ they crash on, >= 0"),
+            Param(
+                "restart",
+                float,
+                -1.0,
+                "seconds until a crashed worker connects again; < 0: never",
+            ),
+        ),
+    ),
     "trace": StragglerInfo(
         "replay recorded per-worker per-round delays",
         (
@@ -170,6 +187,10 @@ def _build_fail_stop(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
     return FailStop(o["count"], o["start"], seed=seed, n_workers=n)
 
 
+def _build_crash(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return Crash(o["count"], o["start"], o["restart"], seed=seed, n_workers=n)
+
+
 def _build_trace(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
     return TraceDelay(o["path"], n_workers=n, cycle=o["cycle"])
 
@@ -182,6 +203,7 @@ _BUILDERS: dict[str, Callable[[Mapping[str, Any], int, int], StragglerModel]] = 
     "fixed": _build_fixed,
     "slowdown": _build_slowdown,
     "fail-stop": _build_fail_stop,
+    "crash": _build_crash,
     "trace": _build_trace,
 }
 
@@ -220,6 +242,19 @@ def create_straggler_model(
         else:
             values[p.name] = p.default
     return _BUILDERS[name](values, seed, n_workers)
+
+
+def crash_restart(
+    model: StragglerModel, worker: int, round: int, *, replacement: bool
+) -> float | None:
+    """If ``worker`` crashes on receiving θ of ``round``: seconds until it connects again.
+
+    inf: it never does; None: it does not crash (every model but :class:`Crash`).
+    ``replacement``: the worker took its place mid-job (such a worker never crashes).
+    """
+    if isinstance(model, Crash):
+        return model.crash(worker, round, replacement)
+    return None
 
 
 def _coerce(model: str, p: Param, value: Any) -> Any:

@@ -221,20 +221,15 @@ class SlowdownDelay(_ChosenWorkers):
         return (self.factor - 1.0) * compute_seconds * self._value(worker, round)
 
 
-class FailStop:
-    """``count`` workers stop answering from round ``start`` on: their delay is infinite.
+class _ChosenOnce:
+    """``count`` workers chosen once for the job from the seed, from round ``start`` on.
 
-    The workers are chosen once for the job (not per round) from the seed, on a stream
-    of their own, so every process and the simulator agree on who fails. A failed
-    worker still receives θ and computes, but its result never leaves: the coordinator
-    cancels it each round once the round decodes without it, and a policy that needs
-    it waits until ``job.round_timeout`` fails the job (in a real run and in the
-    simulator alike). This is a worker that hangs, not one that disconnects; killing
-    the process tests the latter.
+    The choice is on a stream of the model's own (``STREAM``), so every process and the
+    simulator agree on who is chosen, and fail-stop and crash choose independently.
     """
 
-    name: ClassVar[str] = "fail-stop"
-    STREAM: ClassVar[int] = 0x6661696C  # "fail": independent of the per-round draws
+    name: ClassVar[str]
+    STREAM: ClassVar[int]
 
     def __init__(self, count: int, start: int = 0, *, seed: int, n_workers: int) -> None:
         if isinstance(seed, bool) or int(seed) != seed or seed < 0:
@@ -253,10 +248,74 @@ class FailStop:
         self.failed: tuple[int, ...] = tuple(sorted(int(w) for w in chosen))
         self._failed = frozenset(self.failed)
 
-    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+    def _check_worker(self, worker: int) -> None:
         if not 0 <= worker < self.n_workers:
             raise ValueError(f"worker {worker} out of range 0..{self.n_workers - 1}")
+
+
+class FailStop(_ChosenOnce):
+    """``count`` workers stop answering from round ``start`` on: their delay is infinite.
+
+    A failed worker still receives θ and computes, but its result never leaves: the
+    coordinator cancels it each round once the round decodes without it, and a policy
+    that needs it waits until ``job.round_timeout`` fails the job (in a real run and in
+    the simulator alike). This is a worker that hangs, connected, so it is never
+    replaced; :class:`Crash` is one that disconnects.
+    """
+
+    name: ClassVar[str] = "fail-stop"
+    STREAM: ClassVar[int] = 0x6661696C  # "fail": independent of the per-round draws
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        self._check_worker(worker)
         return math.inf if round >= self.start and worker in self._failed else 0.0
+
+
+class Crash(_ChosenOnce):
+    """``count`` workers crash (disconnect) on receiving θ of round ``start`` or later.
+
+    Only the workers that held the chosen places when the job began crash; each does so
+    once, and a worker that takes a place mid-job (``Assignment.replacement``) never
+    does. A crashed worker drops its connection with everything it held; ``restart``
+    seconds later it connects again as a new worker, which takes a lost place (its
+    assignment and data, then θ of the round in progress if that round still wants it).
+    ``restart < 0`` (the default): it never comes back. Whether the job waits for the
+    return is ``job.replace_timeout``'s to say. It adds no delay to any round.
+    """
+
+    name: ClassVar[str] = "crash"
+    STREAM: ClassVar[int] = 0x63727368  # "crsh"
+
+    def __init__(
+        self,
+        count: int,
+        start: int = 0,
+        restart: float = -1.0,
+        *,
+        seed: int,
+        n_workers: int,
+    ) -> None:
+        super().__init__(count, start, seed=seed, n_workers=n_workers)
+        if isinstance(restart, bool) or not isinstance(restart, int | float) or math.isnan(restart):
+            raise ConfigError(
+                f"straggler model {self.name!r}: restart must be seconds >= 0, or < 0 for "
+                f"never, got {restart!r}"
+            )
+        self.restart = float(restart) if restart >= 0 else math.inf
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        self._check_worker(worker)
+        return 0.0
+
+    def crash(self, worker: int, round: int, replacement: bool) -> float | None:
+        """Seconds until it comes back (inf: never) if ``worker`` crashes on θ of ``round``.
+
+        None: it does not crash. ``replacement``: the worker took its place mid-job.
+        """
+        self._check_worker(worker)
+        if replacement or round < self.start or worker not in self._failed:
+            return None
+        return self.restart
 
 
 class TraceDelay:

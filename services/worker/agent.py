@@ -34,6 +34,7 @@ from services.framing import frame_reader, to_wire
 from services.job import JobConfig
 from services.proto import codedgd_pb2 as pb
 from services.security import Security
+from services.stragglers import crash_restart
 from services.stragglers.base import StragglerModel
 from services.wire import (
     COORDINATOR_TENSOR_PATHS,
@@ -156,7 +157,9 @@ class WorkerAgent:
         self.bytes_sent_total = 0
         self.uploads_skipped = 0
         self.connected = False
+        self.crashes = 0
         self._last_compute = float("inf")
+        self._restart_after: float | None = None  # set by a crash (straggler model "crash")
 
     def stop(self) -> None:
         """Ask the worker to leave (SIGTERM handler): ends the stream and returns from run()."""
@@ -164,37 +167,61 @@ class WorkerAgent:
         self._out.put_nowait(None)
 
     async def run(self) -> None:
-        """Connect and serve until Shutdown, stop(), or (without reconnect) a disconnect."""
+        """Connect and serve until Shutdown, stop(), or (without reconnect) a disconnect.
+
+        A crash of the job's straggler model ``crash`` drops the connection; the worker
+        connects again after the model's restart seconds (even without reconnect), or
+        returns if the model says it never comes back.
+        """
         backoff = self.options.initial_backoff
         while not self._stop.is_set():
             started = time.monotonic()
             try:
                 await self._session()
-                if not self.options.reconnect or self._stop.is_set():
-                    return
             except Rejected:
                 raise
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                     raise Rejected(exc.details() or "unauthenticated") from None
-                if not self.options.reconnect:
-                    if self._stop.is_set():
-                        return
-                    raise CoordinatorLost(
-                        f"lost the coordinator at {self.options.coordinator} "
-                        f"({exc.code().name}: {exc.details()})"
-                    ) from None
-                log.info(
-                    "coordinator %s unavailable (%s); retrying",
-                    self.options.coordinator,
-                    exc.code().name,
-                )
+                if self._restart_after is None:
+                    if not self.options.reconnect:
+                        if self._stop.is_set():
+                            return
+                        raise CoordinatorLost(
+                            f"lost the coordinator at {self.options.coordinator} "
+                            f"({exc.code().name}: {exc.details()})"
+                        ) from None
+                    log.info(
+                        "coordinator %s unavailable (%s); retrying",
+                        self.options.coordinator,
+                        exc.code().name,
+                    )
+            else:
+                if self._restart_after is None and (
+                    not self.options.reconnect or self._stop.is_set()
+                ):
+                    return
+            if self._restart_after is not None:
+                if not await self._restart():
+                    return
+                backoff = self.options.initial_backoff
+                continue
             if time.monotonic() - started > 5.0:
                 backoff = self.options.initial_backoff  # it had been up: start over
             delay = backoff * (0.5 + random.random())
             backoff = min(backoff * 2, self.options.max_backoff)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=delay)
+
+    async def _restart(self) -> bool:
+        """After a crash: wait the model's restart seconds; False if it never comes back."""
+        restart, self._restart_after = self._restart_after, None
+        assert restart is not None
+        if math.isinf(restart) or self._stop.is_set():
+            return False
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=restart)
+        return not self._stop.is_set()
 
     async def _session(self) -> None:
         self._out = asyncio.Queue()
@@ -261,6 +288,8 @@ class WorkerAgent:
         elif kind == "assignment_end":
             await self._finish_assignment(message.assignment_end.job_id)
         elif kind == "round":
+            if self._crashes(message.round):
+                return False  # the connection drops with everything this worker held
             self._round_chunk(message.round, data)
         elif kind == "cancel":
             self._cancel(message.cancel.job_id, message.cancel.round)
@@ -390,6 +419,28 @@ class WorkerAgent:
         )
 
     # ------------------------------------------------------------ rounds
+
+    def _crashes(self, start: pb.RoundStart) -> bool:
+        """Does the job's straggler model (``crash``) crash this worker on θ of this round?"""
+        job = self._job
+        if job is None or job.straggler is None or start.theta.index != 0:
+            return False
+        if start.job_id != job.job_id:
+            return False
+        a = job.assignment
+        restart = crash_restart(
+            job.straggler, int(a.worker_index), int(start.round), replacement=a.replacement
+        )
+        if restart is None:
+            return False
+        log.warning(
+            "crashing on θ of round %d, as the job's straggler model says (%s)",
+            start.round,
+            "it never comes back" if math.isinf(restart) else f"back in {restart:g} s",
+        )
+        self.crashes += 1
+        self._restart_after = restart
+        return True
 
     def _round_chunk(self, start: pb.RoundStart, data: memoryview | None) -> None:
         job = self._job

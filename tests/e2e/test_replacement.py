@@ -11,6 +11,7 @@ from services.coordinator.runner import JobRun
 from services.coordinator.server import CoordinatorServer
 from services.job import Component, JobConfig
 from services.proto import codedgd_pb2 as pb
+from services.stragglers import create_straggler_model
 from tests.conftest import WorkerProcesses
 from tests.e2e.fakes import FakeWorker, result, wait_for
 from tests.e2e.test_training import SYNTH, reference_gd
@@ -195,3 +196,57 @@ async def test_a_newcomer_that_never_acknowledges_holds_up_only_its_own_place(
     finally:
         for fake in fakes:
             await fake.stop()
+
+
+async def test_a_crashed_worker_that_restarts_takes_its_place_back_and_theta_stays_exact(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """Straggler model crash: a worker drops its connection on θ of round 4 and connects
+    again 0.3 s later as a new worker; uncoded waits for it (replace_timeout)."""
+    config = JobConfig(
+        workers=3,
+        rounds=12,
+        seed=3,
+        data=SYNTH,
+        model=Component("logistic", {"l2": 1e-3}),
+        replace_timeout=60.0,
+        stragglers=Component("crash", {"count": 1, "start": 4, "restart": 0.3}),
+    )
+    procs = worker_processes.start(coordinator.port, 3)
+    job = coordinator.service.submit(config)
+    await _finished(job)
+    assert job.state == "done", job.error
+    assert coordinator.service.metrics.replacements._value.get() == 1
+    assert coordinator.service.metrics.stragglers.labels("lost")._value.get() == 1
+    # Every round used all three places; round 4 waited for the restart.
+    assert all(r.exact and r.workers_used == (0, 1, 2) for r in job.records)
+    assert job.records[4].wait_seconds >= 0.3
+    assert all(p.poll() is None for p in procs)  # the crashed one is up again
+    assert job.theta is not None
+    expected = reference_gd(config)
+    assert np.linalg.norm(job.theta - expected) <= 1e-9 * np.linalg.norm(expected)
+
+
+async def test_a_worker_that_crashes_for_good_leaves_a_tolerant_policy_without_it(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    model = Component("crash", {"count": 1, "start": 2})  # restart < 0: never back
+    crashed = create_straggler_model("crash", model.options, seed=0, n_workers=3).failed[0]
+    config = JobConfig(
+        workers=3,
+        rounds=8,
+        data=SYNTH,
+        policy=Component("ignore-stragglers", {"s": 1}),
+        stragglers=model,
+    )
+    procs = worker_processes.start(coordinator.port, 3)
+    job = coordinator.service.submit(config)
+    await _finished(job)
+    assert job.state == "done", job.error
+    assert all(crashed in r.workers_used for r in job.records[:2])
+    assert all(crashed not in r.workers_used for r in job.records[2:])
+    name = job._workers[crashed].name
+    crashed_proc = next(p for p in procs if p.args[-1] == name)
+    assert crashed_proc.wait(timeout=30) == 0  # it left, and said why in its log
+    assert crashed_proc.stderr is not None
+    assert b"it never comes back" in crashed_proc.stderr.read()
