@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,11 @@ import pytest
 from services.errors import ConfigError, DataError
 from services.stragglers import (
     STRAGGLER_MODELS,
+    Crash,
     FailStop,
     FixedDelay,
     StragglerModel,
+    crash_restart,
     create_straggler_model,
 )
 
@@ -145,6 +148,27 @@ def test_fail_stop_hangs_the_same_seeded_workers_from_start_on() -> None:
     assert len(picks) > 1
 
 
+def test_crash_takes_the_seeded_first_holders_once_and_never_a_replacement() -> None:
+    model = _make("crash", count=2, start=3, restart="0.5")
+    assert isinstance(model, Crash)
+    assert not _samples(model, rounds=10).any()  # it delays no one
+    crashing = {
+        w
+        for w in range(N_WORKERS)
+        for t in range(10)
+        if crash_restart(model, w, t, replacement=False) is not None
+    }
+    assert crashing == set(model.failed) and len(crashing) == 2
+    for w in model.failed:
+        assert crash_restart(model, w, 2, replacement=False) is None  # before start
+        assert crash_restart(model, w, 3, replacement=False) == 0.5
+        assert crash_restart(model, w, 3, replacement=True) is None  # took the place mid-job
+    assert _make("crash", count=2).failed == model.failed  # from the seed alone
+    assert _make("crash", count=1).restart == math.inf  # default: never back
+    # Every other model never crashes anyone.
+    assert crash_restart(_make("fail-stop", count=2), 0, 5, replacement=False) is None
+
+
 def test_trace_replay_json(tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"delays": [[0.1, 0.2], [0.3, None]]}))
@@ -221,6 +245,10 @@ def test_missing_trace_file(tmp_path: Path) -> None:
         ("fail-stop", {"count": 9}, "0..8"),
         ("fail-stop", {"start": -1}, "start must be a round number >= 0"),
         ("fail-stop", {"start": 1.5}, "start must be int"),
+        ("crash", {"count": 9}, "0..8"),
+        ("crash", {"start": -1}, "start must be a round number >= 0"),
+        ("crash", {"restart": "soon"}, "restart must be float"),
+        ("crash", {"restart": "nan"}, "restart must be seconds >= 0, or < 0 for never"),
     ],
 )
 def test_bad_options(name: str, options: dict[str, Any], match: str) -> None:
@@ -249,6 +277,7 @@ def test_string_options_are_coerced_and_help_lists_every_model() -> None:
         "fixed",
         "slowdown",
         "fail-stop",
+        "crash",
         "trace",
     }
     for info in STRAGGLER_MODELS.values():
