@@ -133,6 +133,11 @@ def uplink_arrivals(cost: CostModel, ready: np.ndarray, nbytes: Sequence[int]) -
     return out
 
 
+def join_seconds(cost: CostModel, assignment_bytes: int) -> float:
+    """A newcomer's join: Hello, its assignment and data over its link, the ack back."""
+    return 3 * cost.latency_seconds + assignment_bytes / cost.bandwidth_bytes_per_second
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Compute constants measured on this machine, and how."""

@@ -21,18 +21,22 @@ simulated worker keeps the same :class:`~services.worker.lazy.LazyUploader` memo
 real one (a skipped result arrives after the link latency, with no payload).
 
 A simulated round's time is ``arrival of the decoding message + decode + overhead``;
-evaluation is excluded, as in the real runner. Where the simulation differs from a
-real run: no worker is lost, no result is late (cancelled workers stop at once), and
-``bytes_up``/``bytes_down`` count payload bytes (8 per float64), not protobuf frames.
+evaluation is excluded, as in the real runner. A worker the straggler model ``crash``
+takes down is lost when θ_t reaches it, and its place is taken ``restart`` plus its join
+time later, with the runner's rules (``job.replace_timeout``, θ_t to the newcomer if the
+round still wants it). Where the simulation differs from a real run: no result is late
+(cancelled workers stop at once), a replacement's message skips a shared ingress queue,
+and ``bytes_up``/``bytes_down`` count payload bytes (8 per float64), not protobuf frames.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,15 +44,17 @@ from services.coordinator.runner import Prepared, _evaluate, prepare
 from services.data.dataset import take_rows
 from services.errors import DecodeError, JobFailed
 from services.job import JobConfig
+from services.policies.base import Estimate
 from services.reports import RoundRecord
 from services.sim.cost import (
     Calibration,
     CostModel,
     calibrate,
     downlink_times,
+    join_seconds,
     uplink_arrivals,
 )
-from services.stragglers import StragglerModel, create_straggler_model
+from services.stragglers import StragglerModel, crash_restart, create_straggler_model
 from services.worker.compute import Computer, PartitionRows
 from services.worker.lazy import LazyUploader
 
@@ -70,6 +76,22 @@ class SimulationResult:
 
 
 RoundCallback = Callable[[RoundRecord, np.ndarray], None]
+
+
+@dataclass
+class _Round:
+    """What one simulated round's loop gives the job loop."""
+
+    computations: int  # workers sent θ_t (a replacement that joined counts too)
+    estimate: Estimate | None = None
+    decode: float = 0.0  # measured seconds of policy.decode
+    wait: float = 0.0  # the decoding arrival, seconds after θ_t was sent
+    compute_max: float = 0.0
+    answered: int = 0
+    uploads: int = 0
+    bytes_up: int = 0
+    responses: dict[int, float] = field(default_factory=dict)
+    computes: dict[int, float] = field(default_factory=dict)
 
 
 class Simulator:
@@ -145,6 +167,13 @@ class Simulator:
         self.skipped = 0
         # The workers' lag-wk memory, exactly as in the worker agent.
         self.lazy = [LazyUploader() for _ in range(config.workers)]
+        # Places lost to a crash → virtual time their replacement has joined (inf: never);
+        # places whose holder joined mid-job (it never crashes); each place's join time.
+        self.back_at: dict[int, float] = {}
+        self.replaced: set[int] = set()
+        self.join = [
+            join_seconds(cost, sum(_nbytes(rows[p]) for p in wp.partitions)) for wp in plan.workers
+        ]
 
     def modelled_compute(self) -> np.ndarray:
         """Every worker's compute seconds under the cost model (0 for compute="none")."""
@@ -176,92 +205,12 @@ class Simulator:
         wall = 0.0
         for t in range(cfg.rounds):
             point = optimizer.point()
-            spec = policy.begin_round(t, point)
-            contacted = list(spec.workers)
-            if not policy.feasible(frozenset(contacted)):
-                raise JobFailed(f"policy {policy.name!r} cannot decode round {t}")
-            payloads: dict[int, np.ndarray] = {}
-            lazy_round = LazyUploader.active(spec.params)
-            if cost.compute == "measured" or lazy_round:
-                # Measured compute times, or a worker-side trigger that needs every
-                # contacted worker's message: compute them all now.
-                compute = np.empty(len(contacted))
-                for i, w in enumerate(contacted):
-                    result = self.computers[w].compute(point)
-                    self.computed += 1
-                    payloads[w] = result.payload
-                    compute[i] = result.seconds
-                if cost.compute != "measured":
-                    compute = compute_model[contacted] if contacted else np.zeros(0)
-            else:
-                compute = compute_model[contacted] if contacted else np.zeros(0)
-            uploading = {
-                w: not lazy_round or self.lazy[w].should_upload(payloads[w], spec.params)
-                for w in contacted
-            }
-            down = downlink_times(cost, theta_bytes, len(contacted))
-            delay = np.array(
-                [
-                    float(self.straggler.delay(w, t, float(compute[i]), float(self.loads[w])))
-                    for i, w in enumerate(contacted)
-                ]
-            )
-            ready = down + compute + delay
-            sizes = [self.payload_bytes[w] if uploading[w] else 0 for w in contacted]
-            arrival = uplink_arrivals(cost, ready, sizes)
-            order = np.argsort(arrival, kind="stable")
-            decodable = policy.feasible(frozenset())
-            wait = 0.0
-            compute_max = 0.0
-            uploads = 0
-            answered = 0
-            bytes_up = 0
-            responses: dict[int, float] = {}
-            computes: dict[int, float] = {}
-            for i in order:
-                if decodable:
-                    break
-                w = contacted[int(i)]
-                if w in policy.superseded():
-                    continue  # cancelled before it arrived (g-lag: its group is served)
-                payload = payloads.get(w)
-                if payload is None:
-                    payload = self.computers[w].compute(point).payload
-                    self.computed += 1
-                wait = float(arrival[i])
-                answered += 1
-                compute_max = max(compute_max, float(compute[i]))
-                responses[w] = wait
-                computes[w] = float(compute[i])
-                if uploading[w]:
-                    uploads += 1
-                    bytes_up += self.payload_bytes[w]
-                    if lazy_round:
-                        self.lazy[w].uploaded(payload)
-                    decodable = policy.offer(w, payload)
-                else:
-                    decodable = policy.offer(w, None)
-            if not decodable:
-                raise JobFailed(
-                    f"round {t}: policy {policy.name!r} could not decode after all "
-                    f"{len(contacted)} contacted workers arrived"
-                )
-            if wait > cfg.round_timeout:
-                raise JobFailed(
-                    f"round {t} was not decodable within job.round_timeout="
-                    f"{cfg.round_timeout:g} s (simulated: {wait:.3g} s)"
-                )
-            if cost.compute != "measured" and not lazy_round:
-                self.skipped += len(contacted) - answered
-            decode_start = time.perf_counter()
-            try:
-                estimate = policy.decode()
-            except DecodeError as exc:
-                raise JobFailed(f"round {t}: decoding failed: {exc}") from None
-            measured_decode = time.perf_counter() - decode_start
-            decode_s = cost.decode_seconds if cost.decode_seconds is not None else measured_decode
+            out = self._round(t, point, wall, compute_model, theta_bytes)
+            estimate = out.estimate
+            assert estimate is not None
+            decode_s = cost.decode_seconds if cost.decode_seconds is not None else out.decode
             optimizer.update(objective_gradient(estimate.gradient, n_rows, model.l2, point))
-            round_s = wait + decode_s + cost.round_overhead_seconds
+            round_s = out.wait + decode_s + cost.round_overhead_seconds
             wall += round_s
             loss = metric = math.nan
             if t % cfg.eval_every == 0 or t == cfg.rounds - 1:
@@ -271,23 +220,23 @@ class Simulator:
                 round=t,
                 wall_seconds=wall,
                 round_seconds=round_s,
-                wait_seconds=wait,
+                wait_seconds=out.wait,
                 decode_seconds=decode_s,
-                compute_seconds_max=compute_max,
+                compute_seconds_max=out.compute_max,
                 loss=loss,
                 metric=metric,
                 metric_name=model.metric_name,
                 workers_used=tuple(sorted(estimate.workers_used)),
                 exact=estimate.exact,
                 decode_residual=estimate.residual,
-                bytes_up=bytes_up,
-                bytes_down=theta_bytes * len(contacted),
-                uploads=uploads,
-                computations=len(contacted),
-                cancelled=len(contacted) - answered,
+                bytes_up=out.bytes_up,
+                bytes_down=theta_bytes * out.computations,
+                uploads=out.uploads,
+                computations=out.computations,
+                cancelled=out.computations - out.answered,
                 late_dropped=0,
-                response_seconds=responses,
-                worker_compute_seconds=computes,
+                response_seconds=out.responses,
+                worker_compute_seconds=out.computes,
             )
             records.append(record)
             if on_record is not None:
@@ -306,6 +255,215 @@ class Simulator:
             gradients_skipped=self.skipped,
             elapsed_seconds=time.perf_counter() - started,
         )
+
+    # ------------------------------------------------------------ one round
+
+    def _round(
+        self,
+        t: int,
+        point: np.ndarray,
+        now: float,
+        compute_model: np.ndarray,
+        theta_bytes: int,
+    ) -> _Round:
+        """Round t, starting at virtual time ``now``: the runner's round loop, event by event.
+
+        Events (seconds after θ_t is sent): a contacted worker's arrival; a crash
+        (straggler model ``crash``) when θ_t reaches a worker; a lost place taken by its
+        replacement. They are handled as :meth:`JobRun._one_round` handles them.
+        """
+        cfg, cost, policy = self.config, self.cost, self.prepared.policy
+        for w, back in list(self.back_at.items()):
+            if back <= now:  # replaced between rounds: contacted again from this round on
+                self._restore(w)
+        spec = policy.begin_round(t, point)
+        contacted = [w for w in spec.workers if w not in self.back_at]
+        vacant = {w for w in spec.workers if w in self.back_at}
+        outstanding = set(contacted)
+        payloads: dict[int, np.ndarray] = {}
+        lazy_round = LazyUploader.active(spec.params)
+        eager = cost.compute == "measured" or lazy_round
+        crash = {
+            w: r
+            for w in contacted
+            if w not in self.replaced
+            and (r := crash_restart(self.straggler, w, t, replacement=False)) is not None
+        }
+        # Measured compute times, or a worker-side trigger that needs every contacted
+        # worker's message: compute them all now (a crashing worker computes nothing).
+        compute = {w: float(compute_model[w]) for w in contacted}
+        if eager:
+            for w in contacted:
+                if w not in crash:
+                    compute[w] = self._compute_now(w, point, payloads, measured=compute)
+        uploading: dict[int, bool] = {}
+        for w in contacted:
+            uploading[w] = w in crash or self._uploads(w, payloads, spec.params, lazy_round)
+        down = downlink_times(cost, theta_bytes, len(contacted))
+        ready = np.array(
+            [down[i] + compute[w] + self._delay(w, t, compute[w]) for i, w in enumerate(contacted)]
+        )
+        sizes = [self.payload_bytes[w] if uploading[w] else 0 for w in contacted]
+        arrival = uplink_arrivals(cost, ready, sizes)
+        events: list[tuple[float, int, str, int]] = []  # (time, order, kind, worker)
+        for i in np.argsort(arrival, kind="stable"):
+            w = contacted[int(i)]
+            if w in crash:
+                restart = crash[w]
+                self.back_at[w] = now + float(down[int(i)]) + restart + self.join[w]
+                heapq.heappush(events, (float(down[int(i)]), len(events), "lost", w))
+            else:
+                heapq.heappush(events, (float(arrival[int(i)]), len(events), "arrive", w))
+        for w in sorted(self.back_at):
+            if math.isfinite(self.back_at[w]):
+                heapq.heappush(events, (self.back_at[w] - now, len(events), "replaced", w))
+
+        out = _Round(computations=len(contacted))
+        deadline = cfg.round_timeout
+        replace_by: float | None = None
+        if not policy.feasible(frozenset(outstanding)):
+            replace_by = self._replace_by(t, 0.0, "")
+        decodable = policy.feasible(frozenset())
+        while not decodable:
+            if not events and replace_by is None:
+                raise JobFailed(
+                    f"round {t}: policy {policy.name!r} could not decode after all "
+                    f"{len(contacted)} contacted workers arrived"
+                )
+            at = events[0][0] if events else math.inf
+            if at > min(deadline, replace_by if replace_by is not None else math.inf):
+                if replace_by is not None and replace_by <= deadline:
+                    raise JobFailed(
+                        f"round {t}: no worker took the place of lost worker(s) "
+                        f"{sorted(vacant)} within job.replace_timeout="
+                        f"{cfg.replace_timeout:g} s (simulated); " + self._infeasible(t)
+                    )
+                raise JobFailed(
+                    f"round {t} was not decodable within job.round_timeout="
+                    f"{cfg.round_timeout:g} s (simulated: next arrival at {at:.3g} s); still "
+                    f"waiting for workers "
+                    f"{sorted(outstanding | vacant)}"
+                )
+            _, _, kind, w = heapq.heappop(events)
+            if kind == "replaced":
+                self._restore(w)
+                if w in vacant and w not in policy.superseded():
+                    # The round still wants this place: θ_t goes to the newcomer.
+                    vacant.discard(w)
+                    deadline = max(deadline, at + cfg.round_timeout)
+                    out.computations += 1
+                    contacted.append(w)
+                    outstanding.add(w)
+                    if eager:
+                        compute[w] = self._compute_now(w, point, payloads, measured=compute)
+                    else:
+                        compute[w] = float(compute_model[w])
+                    uploading[w] = self._uploads(w, payloads, spec.params, lazy_round)
+                    size = self.payload_bytes[w] if uploading[w] else 0
+                    ready_at = at + cost.link_seconds(theta_bytes)
+                    ready_at += compute[w] + self._delay(w, t, compute[w])
+                    arrive = float(uplink_arrivals(cost, np.array([ready_at]), [size])[0])
+                    heapq.heappush(events, (arrive, len(events), "arrive", w))
+                    if policy.feasible(frozenset(outstanding)):
+                        replace_by = None
+                continue
+            if kind == "lost":
+                outstanding.discard(w)
+                vacant.add(w)
+                if replace_by is None and not policy.feasible(frozenset(outstanding)):
+                    why = f"worker {w} was lost in round {t} (crashed); "
+                    replace_by = self._replace_by(t, at, why)
+                continue
+            if w not in outstanding:
+                continue
+            outstanding.discard(w)
+            if w in policy.superseded():
+                continue  # cancelled before it arrived (g-lag: its group is served)
+            payload = payloads.get(w)
+            if payload is None and uploading[w]:
+                payload = self._compute_payload(w, point)
+            out.wait = at
+            out.answered += 1
+            out.compute_max = max(out.compute_max, compute[w])
+            out.responses[w] = at
+            out.computes[w] = compute[w]
+            if uploading[w]:
+                out.uploads += 1
+                out.bytes_up += self.payload_bytes[w]
+                assert payload is not None
+                if lazy_round:
+                    self.lazy[w].uploaded(payload)
+                decodable = policy.offer(w, payload)
+            else:
+                decodable = policy.offer(w, None)
+            # With a wanted place missing, an arrival can make the round need more
+            # (cyclic, polynomial, lagc wait past n-s for a near-singular set).
+            if (
+                not decodable
+                and vacant
+                and replace_by is None
+                and not policy.feasible(frozenset(outstanding))
+            ):
+                why = f"round {t}: the results so far decode above the policy's tol; "
+                replace_by = self._replace_by(t, at, why)
+        if not eager:
+            self.skipped += out.computations - out.answered
+        decode_start = time.perf_counter()
+        try:
+            out.estimate = policy.decode()
+        except DecodeError as exc:
+            raise JobFailed(f"round {t}: decoding failed: {exc}") from None
+        out.decode = time.perf_counter() - decode_start
+        return out
+
+    def _compute_payload(self, w: int, point: np.ndarray) -> np.ndarray:
+        self.computed += 1
+        return self.computers[w].compute(point).payload
+
+    def _compute_now(
+        self, w: int, point: np.ndarray, payloads: dict[int, np.ndarray], measured: dict[int, float]
+    ) -> float:
+        """Compute w's message now; its compute seconds (measured, or the modelled ones)."""
+        result = self.computers[w].compute(point)
+        self.computed += 1
+        payloads[w] = result.payload
+        return result.seconds if self.cost.compute == "measured" else measured[w]
+
+    def _uploads(
+        self, w: int, payloads: dict[int, np.ndarray], params: Mapping[str, float], lazy: bool
+    ) -> bool:
+        return not lazy or self.lazy[w].should_upload(payloads[w], params)
+
+    def _delay(self, w: int, t: int, compute: float) -> float:
+        return float(self.straggler.delay(w, t, compute, float(self.loads[w])))
+
+    def _restore(self, w: int) -> None:
+        """Place w has a new holder: a fresh worker (no lag-wk memory) that never crashes."""
+        del self.back_at[w]
+        self.replaced.add(w)
+        self.lazy[w] = LazyUploader()
+
+    def _replace_by(self, t: int, at: float, why: str) -> float:
+        if self.config.replace_timeout <= 0:
+            raise JobFailed(why + self._infeasible(t))
+        return at + self.config.replace_timeout
+
+    def _infeasible(self, t: int) -> str:
+        lost = ", ".join(f"worker {w}" for w in sorted(self.back_at)) or "none"
+        return (
+            f"policy {self.prepared.policy.name!r} cannot decode round {t} without the lost "
+            f"worker(s) [{lost}]. Set job.replace_timeout (--replace-timeout) so a new worker "
+            "can take its place, use a policy that tolerates more stragglers (e.g. "
+            "ignore-stragglers, frc or cyclic with a larger s), or restart the job with all "
+            "workers up."
+        )
+
+
+def _nbytes(part: PartitionRows) -> int:
+    """Bytes of a partition's rows and labels on the wire (CSR: data, indices, indptr)."""
+    X = part.X
+    arrays = [X] if isinstance(X, np.ndarray) else [X.data, X.indices, X.indptr]
+    return int(sum(np.asarray(a).nbytes for a in arrays) + part.y.nbytes)
 
 
 def simulate(

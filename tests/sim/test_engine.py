@@ -132,6 +132,69 @@ def test_fail_stop_workers_are_left_out_or_fail_the_job_like_a_real_one() -> Non
         simulate(job(stragglers=stragglers, round_timeout=5.0), CostModel.ideal())
 
 
+CRASH = Component("crash", {"count": 1, "start": 2, "restart": 0.3})
+CRASH_COST = CostModel(
+    compute="none", latency_seconds=0.001, bandwidth_bytes_per_second=1e6, decode_seconds=0.0
+)
+
+
+def _crashed(stragglers: Component = CRASH, n: int = 4) -> int:
+    (w,) = create_straggler_model("crash", stragglers.options, seed=3, n_workers=n).failed
+    return w
+
+
+def test_a_crashed_worker_back_within_replace_timeout_keeps_uncoded_exact() -> None:
+    """As in a real run: round 2 waits for the restart, θ_2 goes to the newcomer, and
+    every round decodes from all n places, so θ is the crash-free one."""
+    w = _crashed()
+    calm = simulate(job(), CRASH_COST)
+    result = simulate(job(stragglers=CRASH, replace_timeout=10.0), CRASH_COST)
+    np.testing.assert_allclose(result.theta, calm.theta, rtol=1e-12)
+    records = result.records
+    assert all(r.workers_used == (0, 1, 2, 3) for r in records)
+    # θ_2 reached w at 1 ms + 80 µs, it crashed, came back 0.3 s and a join later
+    # (3 latencies + its partition's bytes), got θ_2 and answered after two more links.
+    sim = Simulator(job(stragglers=CRASH), CRASH_COST)
+    link = 0.001 + 8 * 10 / 1e6
+    back = link + 0.3 + sim.join[w]
+    assert records[2].response_seconds[w] == pytest.approx(back + 2 * link)
+    assert records[2].wait_seconds == pytest.approx(back + 2 * link)
+    assert records[2].computations == 5  # four contacted, then the newcomer
+    assert [r.computations for r in records[3:]] == [4] * 3  # it never crashes again
+    assert records[1].wait_seconds == pytest.approx(2 * link)
+
+
+def test_a_crashed_worker_not_back_within_replace_timeout_fails_like_a_real_job() -> None:
+    w = _crashed()
+    with pytest.raises(
+        JobFailed,
+        match=rf"round 2: no worker took the place of lost worker\(s\) \[{w}\] within "
+        r"job\.replace_timeout=0\.1 s",
+    ):
+        simulate(job(stragglers=CRASH, replace_timeout=0.1), CRASH_COST)
+    with pytest.raises(
+        JobFailed,
+        match=rf"worker {w} was lost in round 2 \(crashed\); policy 'uncoded' cannot decode "
+        rf"round 2 without the lost worker\(s\) \[worker {w}\]\. Set job\.replace_timeout",
+    ):
+        simulate(job(stragglers=CRASH), CRASH_COST)  # replace_timeout 0: at once
+
+
+def test_a_tolerant_policy_goes_on_without_a_crashed_worker_and_takes_it_back() -> None:
+    never = Component("crash", {"count": 1, "start": 2})
+    w = _crashed(never)
+    tolerant = job(policy=Component("ignore-stragglers", {"s": 1}), rounds=8)
+    gone = simulate(tolerant.replace(stragglers=never), CRASH_COST).records
+    assert all(w not in r.workers_used and r.computations == 3 for r in gone[3:])
+    # Back 0.3 s after the crash: rounds of ~2 ms go on without it meanwhile; the first
+    # round starting after its return contacts it again.
+    back = simulate(tolerant.replace(stragglers=CRASH, rounds=400), CRASH_COST).records
+    returned = next(r.round for r in back[3:] if r.computations == 4)
+    assert back[returned - 1].wall_seconds >= 0.3
+    assert all(r.computations == 3 for r in back[3:returned])
+    assert all(r.computations == 4 for r in back[returned:])
+
+
 def test_target_loss_stops_early() -> None:
     full = simulate(job(rounds=20), CostModel.ideal())
     target = full.records[5].loss

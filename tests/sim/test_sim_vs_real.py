@@ -201,3 +201,26 @@ async def test_a_diverging_job_fails_at_the_same_round_real_and_simulated() -> N
     failed_at = int(message.split(":")[0].removeprefix("round "))
     assert 10 < failed_at < 300 and len(records) == failed_at  # the rounds before it stay
     assert all(np.isfinite(r.loss) for r in records)
+
+
+async def test_a_crash_and_restart_runs_the_same_rounds_real_and_simulated(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """A worker crashes on θ_2 and is back 0.3 s later; uncoded waits for it in both."""
+    config = JobConfig(
+        workers=3,
+        rounds=5,
+        seed=5,
+        data=SYNTH,
+        model=Component("logistic", {"l2": 1e-3}),
+        replace_timeout=60.0,
+        stragglers=Component("crash", {"count": 1, "start": 2, "restart": 0.3}),
+    )
+    real, real_records = await real_thetas(coordinator, worker_processes, config)
+    simulated, sim_records = sim_thetas(config)
+    for t in range(config.rounds):
+        # Same terms; the order of the sum follows arrivals, so agree to rounding.
+        np.testing.assert_allclose(simulated[t], real[t], rtol=1e-12, err_msg=f"round {t}")
+        assert real_records[t].workers_used == sim_records[t].workers_used == (0, 1, 2)
+        assert real_records[t].computations == sim_records[t].computations == (4 if t == 2 else 3)
+    assert real_records[2].wait_seconds >= 0.3 and sim_records[2].wait_seconds >= 0.3
