@@ -19,6 +19,7 @@ from services.policies import Policy, create
 from services.policies.base import Estimate, JobContext, Plan, RoundSpec
 from services.policies.lag import LagCoded
 from services.proto import codedgd_pb2 as pb
+from services.wire import tensor_chunks
 from tests.policies.test_rounds import DEGENERATE_B
 
 DIM = 6
@@ -187,3 +188,51 @@ async def test_a_newcomer_lost_before_its_join_starts_frees_the_place_at_once() 
     job._acks[0] = asyncio.get_running_loop().create_future()  # as _replace_lost does
     job.lose(newcomer, "disconnected")
     assert job._acks[0].result().startswith("disconnected")
+
+
+class _SumsAndSparesOne(Policy):
+    """A stand-in that sums on arrival yet decodes from two of three: none does today."""
+
+    name = "sums-and-spares-one"
+    summary = "test"
+    exact = False
+
+    def plan(self, n_workers: int, n_partitions: int) -> Plan:
+        raise NotImplementedError
+
+    def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
+        self._arrived: set[int] = set()
+        self._sum = np.zeros(DIM)
+        return RoundSpec(round=t, workers=(0, 1, 2))
+
+    def offer(self, worker: int, payload: np.ndarray | None) -> bool:
+        raise NotImplementedError
+
+    def arrival_sum(self) -> np.ndarray | None:
+        return self._sum
+
+    def offer_summed(self, worker: int) -> bool:
+        self._arrived.add(worker)
+        return len(self._arrived) >= 2
+
+    def decode(self) -> Estimate:
+        return Estimate(self._sum, tuple(sorted(self._arrived)), exact=False)
+
+    def feasible(self, outstanding: frozenset[int]) -> bool:
+        return len(self._arrived | outstanding) >= 2
+
+
+async def test_a_round_never_decodes_with_half_of_a_lost_workers_result_in_its_sum() -> None:
+    job, _ = _job(3)
+    task = await _round(job, _SumsAndSparesOne())
+    assert job._summing is not None
+    # Worker 0 sent the first of two chunks, which went into the sum, then was lost.
+    chunk = next(tensor_chunks("gradient", np.ones(DIM), chunk_bytes=8 * DIM // 2))
+    result = pb.Result(job_id="j", round=0, payload=chunk)
+    job._payload_len = [DIM] * 3
+    job.deliver(job._workers[0], result, chunk.ByteSize())
+    assert job._partials[0].assembler is not None
+    job.lose(job._workers[0], "disconnected")
+    _answer(job, 1, 2)  # enough for the stand-in to decode
+    with pytest.raises(JobFailed, match=r"decoded without place\(s\) \[0\], part of whose"):
+        await asyncio.wait_for(task, 5)

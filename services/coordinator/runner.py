@@ -625,11 +625,15 @@ class JobRun:
         # messages count already.
         decodable = policy.feasible(frozenset())
         while not decodable:
+            # While the round cannot decode without a replacement, replace_timeout rules
+            # (it may be longer than round_timeout); else round_timeout.
             try:
-                async with asyncio.timeout_at(min(deadline_at, replace_by or math.inf)):
+                async with asyncio.timeout_at(
+                    replace_by if replace_by is not None else deadline_at
+                ):
                     event = await self._events.get()
             except TimeoutError:
-                if replace_by is not None and replace_by <= deadline_at:  # that one expired
+                if replace_by is not None:  # no replacement in time
                     raise JobFailed(
                         f"round {t}: no worker took the place of lost worker(s) "
                         f"{sorted(vacant)} within job.replace_timeout="
@@ -712,6 +716,12 @@ class JobRun:
                     replace_by = self._await_replacement(t, policy, loop.time(), why)
         decodable_at = time.perf_counter()
         self._expecting.clear()  # the sum is final: later chunks of this round are dropped
+        unfinished = set(self._summed_prefix) - responses.keys()
+        if unfinished:  # no policy decodes so today (uncoded waits for every place)
+            raise JobFailed(
+                f"round {t} decoded without place(s) {sorted(unfinished)}, part of whose "
+                "result is in the sum: the estimate would be wrong"
+            )
         self._cancel(t, outstanding)
         try:
             if self._last_decode < INLINE_DECODE_SECONDS:

@@ -32,6 +32,7 @@ and ``bytes_up``/``bytes_down`` count payload bytes (8 per float64), not protobu
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 import uuid
@@ -88,6 +89,7 @@ class _Round:
     wait: float = 0.0  # the decoding arrival, seconds after θ_t was sent
     compute_max: float = 0.0
     answered: int = 0
+    lost: int = 0  # contacted, then crashed: neither answered nor cancelled
     uploads: int = 0
     bytes_up: int = 0
     responses: dict[int, float] = field(default_factory=dict)
@@ -233,7 +235,7 @@ class Simulator:
                 bytes_down=theta_bytes * out.computations,
                 uploads=out.uploads,
                 computations=out.computations,
-                cancelled=out.computations - out.answered,
+                cancelled=out.computations - out.answered - out.lost,
                 late_dropped=0,
                 response_seconds=out.responses,
                 worker_compute_seconds=out.computes,
@@ -297,8 +299,8 @@ class Simulator:
                 if w not in crash:
                     compute[w] = self._compute_now(w, point, payloads, measured=compute)
         uploading: dict[int, bool] = {}
-        for w in contacted:
-            uploading[w] = w in crash or self._uploads(w, payloads, spec.params, lazy_round)
+        for w in contacted:  # a crashing worker sends nothing (and holds no ingress)
+            uploading[w] = w not in crash and self._uploads(w, payloads, spec.params, lazy_round)
         down = downlink_times(cost, theta_bytes, len(contacted))
         ready = np.array(
             [down[i] + compute[w] + self._delay(w, t, compute[w]) for i, w in enumerate(contacted)]
@@ -306,17 +308,18 @@ class Simulator:
         sizes = [self.payload_bytes[w] if uploading[w] else 0 for w in contacted]
         arrival = uplink_arrivals(cost, ready, sizes)
         events: list[tuple[float, int, str, int]] = []  # (time, order, kind, worker)
+        order = itertools.count()  # ties keep arrival order, then push order
         for i in np.argsort(arrival, kind="stable"):
             w = contacted[int(i)]
             if w in crash:
                 restart = crash[w]
                 self.back_at[w] = now + float(down[int(i)]) + restart + self.join[w]
-                heapq.heappush(events, (float(down[int(i)]), len(events), "lost", w))
+                heapq.heappush(events, (float(down[int(i)]), next(order), "lost", w))
             else:
-                heapq.heappush(events, (float(arrival[int(i)]), len(events), "arrive", w))
+                heapq.heappush(events, (float(arrival[int(i)]), next(order), "arrive", w))
         for w in sorted(self.back_at):
             if math.isfinite(self.back_at[w]):
-                heapq.heappush(events, (self.back_at[w] - now, len(events), "replaced", w))
+                heapq.heappush(events, (self.back_at[w] - now, next(order), "replaced", w))
 
         out = _Round(computations=len(contacted))
         deadline = cfg.round_timeout
@@ -331,8 +334,9 @@ class Simulator:
                     f"{len(contacted)} contacted workers arrived"
                 )
             at = events[0][0] if events else math.inf
-            if at > min(deadline, replace_by if replace_by is not None else math.inf):
-                if replace_by is not None and replace_by <= deadline:
+            # While the round cannot decode without a replacement, replace_timeout rules.
+            if at > (replace_by if replace_by is not None else deadline):
+                if replace_by is not None:
                     raise JobFailed(
                         f"round {t}: no worker took the place of lost worker(s) "
                         f"{sorted(vacant)} within job.replace_timeout="
@@ -340,8 +344,7 @@ class Simulator:
                     )
                 raise JobFailed(
                     f"round {t} was not decodable within job.round_timeout="
-                    f"{cfg.round_timeout:g} s (simulated: next arrival at {at:.3g} s); still "
-                    f"waiting for workers "
+                    f"{cfg.round_timeout:g} s (simulated{_next(at)}); still waiting for workers "
                     f"{sorted(outstanding | vacant)}"
                 )
             _, _, kind, w = heapq.heappop(events)
@@ -354,24 +357,24 @@ class Simulator:
                     out.computations += 1
                     contacted.append(w)
                     outstanding.add(w)
+                    compute[w] = float(compute_model[w])
                     if eager:
                         compute[w] = self._compute_now(w, point, payloads, measured=compute)
-                    else:
-                        compute[w] = float(compute_model[w])
                     uploading[w] = self._uploads(w, payloads, spec.params, lazy_round)
                     size = self.payload_bytes[w] if uploading[w] else 0
                     ready_at = at + cost.link_seconds(theta_bytes)
                     ready_at += compute[w] + self._delay(w, t, compute[w])
                     arrive = float(uplink_arrivals(cost, np.array([ready_at]), [size])[0])
-                    heapq.heappush(events, (arrive, len(events), "arrive", w))
+                    heapq.heappush(events, (arrive, next(order), "arrive", w))
                     if policy.feasible(frozenset(outstanding)):
                         replace_by = None
                 continue
             if kind == "lost":
                 outstanding.discard(w)
                 vacant.add(w)
+                out.lost += 1
                 if replace_by is None and not policy.feasible(frozenset(outstanding)):
-                    why = f"worker {w} was lost in round {t} (crashed); "
+                    why = f"worker {w} was lost in round {t} (disconnected); "
                     replace_by = self._replace_by(t, at, why)
                 continue
             if w not in outstanding:
@@ -407,7 +410,7 @@ class Simulator:
                 why = f"round {t}: the results so far decode above the policy's tol; "
                 replace_by = self._replace_by(t, at, why)
         if not eager:
-            self.skipped += out.computations - out.answered
+            self.skipped += out.computations - out.answered - out.lost
         decode_start = time.perf_counter()
         try:
             out.estimate = policy.decode()
@@ -457,6 +460,12 @@ class Simulator:
             "ignore-stragglers, frc or cyclic with a larger s), or restart the job with all "
             "workers up."
         )
+
+
+def _next(at: float) -> str:
+    return (
+        f": next arrival at {at:.3g} s" if math.isfinite(at) else ": the workers left never answer"
+    )
 
 
 def _nbytes(part: PartitionRows) -> int:

@@ -131,11 +131,11 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
         ),
     ),
     "crash": StragglerInfo(
-        "count workers, chosen once from the seed, disconnect on receiving θ of round start "
-        "and connect again as new workers restart seconds later (a lost place, replaced)",
+        "count workers, chosen once from the seed, disconnect on the first θ they receive "
+        "of round start or later, and connect again as new workers restart seconds later",
         (
             Param("count", int, 1, "crashing workers, 0..n"),
-            Param("start", int, 0, "the round whose θ they crash on, >= 0"),
+            Param("start", int, 0, "the first round whose θ they crash on, >= 0"),
             Param(
                 "restart",
                 float,

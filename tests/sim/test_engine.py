@@ -174,7 +174,7 @@ def test_a_crashed_worker_not_back_within_replace_timeout_fails_like_a_real_job(
         simulate(job(stragglers=CRASH, replace_timeout=0.1), CRASH_COST)
     with pytest.raises(
         JobFailed,
-        match=rf"worker {w} was lost in round 2 \(crashed\); policy 'uncoded' cannot decode "
+        match=rf"worker {w} was lost in round 2 \(disconnected\); policy 'uncoded' cannot decode "
         rf"round 2 without the lost worker\(s\) \[worker {w}\]\. Set job\.replace_timeout",
     ):
         simulate(job(stragglers=CRASH), CRASH_COST)  # replace_timeout 0: at once
@@ -193,6 +193,29 @@ def test_a_tolerant_policy_goes_on_without_a_crashed_worker_and_takes_it_back() 
     assert back[returned - 1].wall_seconds >= 0.3
     assert all(r.computations == 3 for r in back[3:returned])
     assert all(r.computations == 4 for r in back[returned:])
+
+
+def test_a_round_waiting_for_a_replacement_waits_replace_timeout_not_round_timeout() -> None:
+    """The newcomer is back 0.3 s after the crash, past round_timeout (0.1 s) but within
+    replace_timeout: the round waits for it, as a real one does."""
+    result = simulate(
+        job(stragglers=CRASH, round_timeout=0.1, replace_timeout=1.0, rounds=4), CRASH_COST
+    )
+    assert result.records[2].wait_seconds > 0.3
+    assert all(r.workers_used == (0, 1, 2, 3) for r in result.records)
+
+
+def test_a_crashed_worker_holds_no_place_in_the_coordinators_ingress_queue() -> None:
+    """It sends nothing: the round it crashes in waits no longer than the next ones,
+    which have the same live workers (no straggler delays)."""
+    never = Component("crash", {"count": 1, "start": 0})
+    cost = CRASH_COST.replace(ingress_bandwidth_bytes_per_second=1e3)
+    tolerant = job(policy=Component("ignore-stragglers", {"s": 1}), stragglers=never, rounds=3)
+    records = simulate(tolerant, cost).records
+    assert records[0].wait_seconds == pytest.approx(records[1].wait_seconds)
+    assert records[1].wait_seconds == pytest.approx(records[2].wait_seconds)
+    assert [r.computations for r in records] == [4, 3, 3]
+    assert [r.cancelled for r in records] == [0, 0, 0]  # the lost one is not "cancelled"
 
 
 def test_target_loss_stops_early() -> None:

@@ -223,4 +223,5 @@ async def test_a_crash_and_restart_runs_the_same_rounds_real_and_simulated(
         np.testing.assert_allclose(simulated[t], real[t], rtol=1e-12, err_msg=f"round {t}")
         assert real_records[t].workers_used == sim_records[t].workers_used == (0, 1, 2)
         assert real_records[t].computations == sim_records[t].computations == (4 if t == 2 else 3)
+        assert real_records[t].cancelled == sim_records[t].cancelled == 0  # lost is not cancelled
     assert real_records[2].wait_seconds >= 0.3 and sim_records[2].wait_seconds >= 0.3
