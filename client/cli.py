@@ -131,13 +131,15 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--round-timeout",
         type=float,
-        help="seconds a round may wait before the job fails (default 300)",
+        help="seconds a round may wait before the job fails (default 300; while it waits "
+        "for a lost worker's replacement, --replace-timeout applies instead)",
     )
     g.add_argument(
         "--replace-timeout",
         type=float,
         help="seconds a round that lost a worker it cannot do without waits for a new "
-        "worker to connect and take its place (default 0: the job fails at once)",
+        "worker to connect and take its place, even past --round-timeout (default 0: the "
+        "job fails at once)",
     )
     g.add_argument(
         "--policy", "-p", help="aggregation policy (default uncoded; see `codedgd policies`)"

@@ -70,6 +70,7 @@ class JobConfig:
     target_loss: float | None = None
     eval_every: int = 1  # evaluate loss and held-out metric every this many rounds
     round_timeout: float = 300.0  # seconds a round may wait for decodability before failing
+    # (while it waits for a lost worker's replacement, replace_timeout applies instead)
     # Seconds a round that lost a worker it cannot decode without waits for a replacement
     # worker to connect and take the lost worker's place (0: the job fails at once).
     replace_timeout: float = 0.0
