@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from services.framing import parse
 from services.proto import codedgd_pb2 as pb
 from services.wire import WORKER_TENSOR_PATHS, Assembler
 from services.worker.agent import _Upload
+from services.worker.compute import CancelFlag
 
 
-def _upload(payload: np.ndarray, cancel: threading.Event, sent: list[int]) -> _Upload:
+def _upload(payload: np.ndarray, cancel: CancelFlag, sent: list[int]) -> _Upload:
     return _Upload("job-7", 3, payload, 0.5, 0.25, cancel, chunk_bytes=800, on_sent=sent.append)
 
 
 def test_the_frames_carry_the_payload_and_the_first_one_the_timings() -> None:
     payload = np.random.default_rng(0).standard_normal(250)  # 2000 bytes: 3 chunks of <= 800
     sent: list[int] = []
-    frames = list(_upload(payload, threading.Event(), sent))
+    frames = list(_upload(payload, CancelFlag(), sent))
     assert len(frames) == 3
     asm = Assembler("gradient", dtype="<f8", shape=(250,))
     out = None
@@ -36,7 +35,7 @@ def test_the_frames_carry_the_payload_and_the_first_one_the_timings() -> None:
 
 def test_frames_are_made_as_they_are_taken_and_stop_once_the_round_is_cancelled() -> None:
     payload = np.arange(250, dtype=np.float64)
-    cancel = threading.Event()
+    cancel = CancelFlag()
     sent: list[int] = []
     frames = iter(_upload(payload, cancel, sent))
     next(frames)

@@ -19,7 +19,6 @@ import math
 import os
 import random
 import socket
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from services.wire import (
     framed,
     to_array,
 )
-from services.worker.compute import Cancelled, Computer, PartitionRows
+from services.worker.compute import CancelFlag, Cancelled, Computer, PartitionRows
 from services.worker.lazy import LazyUploader
 
 log = logging.getLogger("codedgd.worker")
@@ -96,7 +95,7 @@ class _Job:
     theta_params: dict[str, float] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     task_round: int = -1
-    cancel_event: threading.Event = field(default_factory=threading.Event)
+    cancel_event: CancelFlag = field(default_factory=CancelFlag)
     lazy: LazyUploader = field(default_factory=LazyUploader)
     # θ of this round, of a cancelled round still being computed, one spare.
     theta_pool: BufferPool = field(default_factory=lambda: BufferPool(3))
@@ -119,7 +118,7 @@ class _Upload:
     payload: np.ndarray
     compute_seconds: float
     delay_seconds: float
-    cancel: threading.Event
+    cancel: CancelFlag
     chunk_bytes: int
     on_sent: Callable[[int], None]
 
@@ -462,7 +461,7 @@ class WorkerAgent:
             return
         job.theta = None
         self._cancel_task(job)
-        job.cancel_event = threading.Event()
+        job.cancel_event = CancelFlag()
         job.task_round = int(start.round)
         job.task = asyncio.create_task(
             self._do_round(job, int(start.round), theta, job.theta_params, job.cancel_event)
@@ -474,7 +473,7 @@ class WorkerAgent:
         round_: int,
         theta: np.ndarray,
         params: dict[str, float],
-        cancel: threading.Event,
+        cancel: CancelFlag,
     ) -> None:
         computer = job.computer
         assert computer is not None

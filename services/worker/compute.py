@@ -7,7 +7,6 @@ Cancel. Cancellation is checked between partitions.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,25 @@ class ComputeResult:
     seconds: float
 
 
+class CancelFlag:
+    """Set once to stop a round's work; the compute thread polls it between partitions.
+
+    Nothing ever waits on it, so it needs no lock (a threading.Event builds a Condition
+    and a Lock, per round): an attribute read and write are atomic in CPython.
+    """
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 class Computer:
     """Computes one worker's encoded message for a given θ."""
 
@@ -55,7 +73,7 @@ class Computer:
         self.coefficients = np.asarray(coefficients, dtype=np.float64)
         self.options = dict(options or {})
 
-    def compute(self, theta: np.ndarray, cancel: threading.Event | None = None) -> ComputeResult:
+    def compute(self, theta: np.ndarray, cancel: CancelFlag | None = None) -> ComputeResult:
         start = time.perf_counter()
         if self.coefficients.shape[1] == 1:
             payload = self._compute_summed(theta, cancel)
@@ -68,7 +86,7 @@ class Computer:
         _check(cancel)
         return ComputeResult(payload, time.perf_counter() - start)
 
-    def _compute_summed(self, theta: np.ndarray, cancel: threading.Event | None) -> np.ndarray:
+    def _compute_summed(self, theta: np.ndarray, cancel: CancelFlag | None) -> np.ndarray:
         """Σ_j c_j g_j accumulated in place: no (p, ℓ) matrix, no copy for c_j = 1."""
         payload: np.ndarray | None = None
         for row, part in enumerate(self.partitions):
@@ -84,6 +102,6 @@ class Computer:
         return payload if payload is not None else np.zeros(theta.shape[0])
 
 
-def _check(cancel: threading.Event | None) -> None:
+def _check(cancel: CancelFlag | None) -> None:
     if cancel is not None and cancel.is_set():
         raise Cancelled
