@@ -54,6 +54,12 @@ class _AgentCollector(Collector):
             "Rounds whose result this worker computed but did not upload (lag-wk trigger).",
             value=a.uploads_skipped,
         )
+        yield CounterMetricFamily(
+            "codedgd_worker_crashes_total",
+            "Times this worker dropped its connection because the job's straggler model "
+            "(crash) said so.",
+            value=a.crashes,
+        )
         yield GaugeMetricFamily(
             "codedgd_worker_connected",
             "1 while the stream to the coordinator is open.",

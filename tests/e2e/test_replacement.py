@@ -275,3 +275,45 @@ async def test_a_round_waits_replace_timeout_for_a_replacement_even_past_round_t
     assert job.state == "done", job.error
     assert job.records[1].wait_seconds > 1.0  # past round_timeout, for the newcomer
     assert all(r.workers_used == (0, 1) for r in job.records)
+
+
+async def test_a_worker_counts_its_crashes_and_exports_them(
+    coordinator: CoordinatorServer,
+) -> None:
+    """In-process agents: the one the crash model picks leaves run() (never back) with
+    crashes = 1, which its Prometheus collector exports."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from services.worker.agent import WorkerAgent, WorkerOptions
+    from services.worker.metrics import _AgentCollector
+
+    agents = [
+        WorkerAgent(WorkerOptions(coordinator=f"127.0.0.1:{coordinator.port}", name=f"a{i}"))
+        for i in range(3)
+    ]
+    tasks = [asyncio.create_task(agent.run()) for agent in agents]
+    try:
+        await wait_for(lambda: len(coordinator.service.sessions) == 3)
+        model = Component("crash", {"count": 1, "start": 1})
+        config = JobConfig(
+            workers=3,
+            rounds=4,
+            data=SYNTH,
+            policy=Component("ignore-stragglers", {"s": 1}),
+            stragglers=model,
+        )
+        job = coordinator.service.submit(config)
+        await _finished(job)
+        assert job.state == "done", job.error
+        crashed = create_straggler_model("crash", model.options, seed=0, n_workers=3).failed[0]
+        name = job._workers[crashed].name
+        agent = next(a for a in agents if a.options.name == name)
+        await asyncio.wait_for(tasks[agents.index(agent)], 10)  # it left run() for good
+        assert [a.crashes for a in agents] == [int(a is agent) for a in agents]
+        registry = CollectorRegistry()
+        registry.register(_AgentCollector(agent))
+        assert b"codedgd_worker_crashes_total 1.0" in generate_latest(registry)
+    finally:
+        for a in agents:
+            a.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
