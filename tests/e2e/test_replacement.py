@@ -42,6 +42,14 @@ async def _kill_one_after(
     return job
 
 
+def _assert_exact(job: JobRun, config: JobConfig) -> None:
+    """Every round decoded from all three places, and θ is plain gradient descent's."""
+    assert all(r.exact and r.workers_used == (0, 1, 2) for r in job.records)
+    assert job.theta is not None
+    expected = reference_gd(config)
+    assert np.linalg.norm(job.theta - expected) <= 1e-9 * np.linalg.norm(expected)
+
+
 async def test_uncoded_waits_for_a_replacement_and_ends_with_the_exact_theta(
     coordinator: CoordinatorServer, worker_processes: WorkerProcesses
 ) -> None:
@@ -62,10 +70,7 @@ async def test_uncoded_waits_for_a_replacement_and_ends_with_the_exact_theta(
     assert job._workers[1].name == "newcomer0"
     assert coordinator.service.metrics.replacements._value.get() == 1
     # Every round used all three partitions: the newcomer computed the lost worker's.
-    assert all(r.exact and r.workers_used == (0, 1, 2) for r in job.records)
-    assert job.theta is not None
-    expected = reference_gd(config)
-    assert np.linalg.norm(job.theta - expected) <= 1e-9 * np.linalg.norm(expected)
+    _assert_exact(job, config)
 
 
 async def test_no_replacement_within_the_timeout_fails_the_job_clearly(
@@ -219,12 +224,9 @@ async def test_a_crashed_worker_that_restarts_takes_its_place_back_and_theta_sta
     assert coordinator.service.metrics.replacements._value.get() == 1
     assert coordinator.service.metrics.stragglers.labels("lost")._value.get() == 1
     # Every round used all three places; round 4 waited for the restart.
-    assert all(r.exact and r.workers_used == (0, 1, 2) for r in job.records)
+    _assert_exact(job, config)
     assert job.records[4].wait_seconds >= 0.3
     assert all(p.poll() is None for p in procs)  # the crashed one is up again
-    assert job.theta is not None
-    expected = reference_gd(config)
-    assert np.linalg.norm(job.theta - expected) <= 1e-9 * np.linalg.norm(expected)
 
 
 async def test_a_worker_that_crashes_for_good_leaves_a_tolerant_policy_without_it(
