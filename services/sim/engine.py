@@ -22,11 +22,12 @@ real one (a skipped result arrives after the link latency, with no payload).
 
 A simulated round's time is ``arrival of the decoding message + decode + overhead``;
 evaluation is excluded, as in the real runner. A worker the straggler model ``crash``
-takes down is lost when θ_t reaches it, and its place is taken ``restart`` plus its join
-time later, with the runner's rules (``job.replace_timeout``, θ_t to the newcomer if the
-round still wants it). Where the simulation differs from a real run: no result is late
-(cancelled workers stop at once), a replacement's message skips a shared ingress queue,
-and ``bytes_up``/``bytes_down`` count payload bytes (8 per float64), not protobuf frames.
+takes down is lost when θ_t reaches it and connects again ``restart`` later to take a
+lost place (:class:`~services.sim.newcomers.Newcomers`), with the runner's rules
+(``job.replace_timeout``, θ_t to the newcomer if the round still wants its place).
+Where the simulation differs from a real run: no result is late (cancelled workers stop
+at once), a newcomer's messages skip the shared egress and ingress queues, and
+``bytes_up``/``bytes_down`` count payload bytes (8 per float64), not protobuf frames.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from services.sim.cost import (
     join_seconds,
     uplink_arrivals,
 )
+from services.sim.newcomers import Newcomers
 from services.stragglers import StragglerModel, crash_restart, create_straggler_model
 from services.worker.compute import Computer, PartitionRows
 from services.worker.lazy import LazyUploader
@@ -169,13 +171,11 @@ class Simulator:
         self.skipped = 0
         # The workers' lag-wk memory, exactly as in the worker agent.
         self.lazy = [LazyUploader() for _ in range(config.workers)]
-        # Places lost to a crash → virtual time their replacement has joined (inf: never);
-        # places whose holder joined mid-job (it never crashes); each place's join time.
-        self.back_at: dict[int, float] = {}
-        self.replaced: set[int] = set()
+        # Places lost to a crash, and the crashed workers coming back to take them.
         self.join = [
             join_seconds(cost, sum(_nbytes(rows[p]) for p in wp.partitions)) for wp in plan.workers
         ]
+        self.newcomers = Newcomers(self.join)
 
     def modelled_compute(self) -> np.ndarray:
         """Every worker's compute seconds under the cost model (0 for compute="none")."""
@@ -275,12 +275,12 @@ class Simulator:
         replacement. They are handled as :meth:`JobRun._one_round` handles them.
         """
         cfg, cost, policy = self.config, self.cost, self.prepared.policy
-        for w, back in list(self.back_at.items()):
-            if back <= now:  # replaced between rounds: contacted again from this round on
-                self._restore(w)
+        newcomers = self.newcomers
+        for w in newcomers.settle(now):  # joined between rounds: contacted from this one on
+            self.lazy[w] = LazyUploader()  # a fresh worker: no lag-wk memory
         spec = policy.begin_round(t, point)
-        contacted = [w for w in spec.workers if w not in self.back_at]
-        vacant = {w for w in spec.workers if w in self.back_at}
+        contacted = [w for w in spec.workers if w not in newcomers.lost]
+        vacant = {w for w in spec.workers if w in newcomers.lost}
         outstanding = set(contacted)
         payloads: dict[int, np.ndarray] = {}
         lazy_round = LazyUploader.active(spec.params)
@@ -288,7 +288,7 @@ class Simulator:
         crash = {
             w: r
             for w in contacted
-            if w not in self.replaced
+            if w not in newcomers.replaced
             and (r := crash_restart(self.straggler, w, t, replacement=False)) is not None
         }
         # Measured compute times, or a worker-side trigger that needs every contacted
@@ -307,19 +307,31 @@ class Simulator:
         )
         sizes = [self.payload_bytes[w] if uploading[w] else 0 for w in contacted]
         arrival = uplink_arrivals(cost, ready, sizes)
-        events: list[tuple[float, int, str, int]] = []  # (time, order, kind, worker)
-        order = itertools.count()  # ties keep arrival order, then push order
+        # (seconds after θ_t was sent, order, kind, worker or place): ties keep arrival
+        # order, then push order. A "connect" is a crashed worker back: newcomers
+        # connected by then take open places (Newcomers.take), whose "replaced" follows.
+        # A connect carries its absolute time: newcomers compare absolute times, and
+        # now + (t - now) need not give t back.
+        events: list[tuple[float, int, str, int, float]] = []
+        order = itertools.count()
+
+        def push(at: float, kind: str, w: int, when: float = math.nan) -> None:
+            heapq.heappush(events, (at, next(order), kind, w, when))
+
+        def joins_start(when: float) -> None:
+            for place in newcomers.take(when, vacant):
+                push(newcomers.joining[place] - now, "replaced", place)
+
         for i in np.argsort(arrival, kind="stable"):
             w = contacted[int(i)]
             if w in crash:
-                restart = crash[w]
-                self.back_at[w] = now + float(down[int(i)]) + restart + self.join[w]
-                heapq.heappush(events, (float(down[int(i)]), next(order), "lost", w))
+                push(float(down[int(i)]), "lost", w)
             else:
-                heapq.heappush(events, (float(arrival[int(i)]), next(order), "arrive", w))
-        for w in sorted(self.back_at):
-            if math.isfinite(self.back_at[w]):
-                heapq.heappush(events, (self.back_at[w] - now, next(order), "replaced", w))
+                push(float(arrival[int(i)]), "arrive", w)
+        for connects in newcomers.waiting:
+            push(connects - now, "connect", -1, connects)
+        for place, joined in newcomers.joining.items():
+            push(joined - now, "replaced", place)
 
         out = _Round(computations=len(contacted))
         deadline = cfg.round_timeout
@@ -347,9 +359,13 @@ class Simulator:
                     f"{cfg.round_timeout:g} s (simulated{_next(at)}); still waiting for workers "
                     f"{sorted(outstanding | vacant)}"
                 )
-            _, _, kind, w = heapq.heappop(events)
+            _, _, kind, w, when = heapq.heappop(events)
+            if kind == "connect":
+                joins_start(when)
+                continue
             if kind == "replaced":
-                self._restore(w)
+                newcomers.restore(w)
+                self.lazy[w] = LazyUploader()  # a fresh worker: no lag-wk memory
                 if w in vacant and w not in policy.superseded():
                     # The round still wants this place: θ_t goes to the newcomer.
                     vacant.discard(w)
@@ -365,7 +381,7 @@ class Simulator:
                     ready_at = at + cost.link_seconds(theta_bytes)
                     ready_at += compute[w] + self._delay(w, t, compute[w])
                     arrive = float(uplink_arrivals(cost, np.array([ready_at]), [size])[0])
-                    heapq.heappush(events, (arrive, next(order), "arrive", w))
+                    push(arrive, "arrive", w)
                     if policy.feasible(frozenset(outstanding)):
                         replace_by = None
                 continue
@@ -373,6 +389,11 @@ class Simulator:
                 outstanding.discard(w)
                 vacant.add(w)
                 out.lost += 1
+                lost_at = now + at
+                newcomers.crash(w, lost_at, crash[w])
+                if math.isfinite(crash[w]):
+                    push(at + crash[w], "connect", -1, lost_at + crash[w])
+                joins_start(lost_at)  # a newcomer already waiting takes it at once
                 if replace_by is None and not policy.feasible(frozenset(outstanding)):
                     why = f"worker {w} was lost in round {t} (disconnected); "
                     replace_by = self._replace_by(t, at, why)
@@ -440,19 +461,13 @@ class Simulator:
     def _delay(self, w: int, t: int, compute: float) -> float:
         return float(self.straggler.delay(w, t, compute, float(self.loads[w])))
 
-    def _restore(self, w: int) -> None:
-        """Place w has a new holder: a fresh worker (no lag-wk memory) that never crashes."""
-        del self.back_at[w]
-        self.replaced.add(w)
-        self.lazy[w] = LazyUploader()
-
     def _replace_by(self, t: int, at: float, why: str) -> float:
         if self.config.replace_timeout <= 0:
             raise JobFailed(why + self._infeasible(t))
         return at + self.config.replace_timeout
 
     def _infeasible(self, t: int) -> str:
-        lost = ", ".join(f"worker {w}" for w in sorted(self.back_at)) or "none"
+        lost = ", ".join(f"worker {w}" for w in sorted(self.newcomers.lost)) or "none"
         return (
             f"policy {self.prepared.policy.name!r} cannot decode round {t} without the lost "
             f"worker(s) [{lost}]. Set job.replace_timeout (--replace-timeout) so a new worker "

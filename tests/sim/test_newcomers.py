@@ -1,0 +1,29 @@
+"""Which lost place a crashed worker takes when it comes back, as the coordinator decides."""
+
+from __future__ import annotations
+
+import math
+
+from services.sim.newcomers import Newcomers
+
+
+def test_a_newcomer_takes_the_place_the_round_waits_for_else_the_lowest() -> None:
+    places = Newcomers(join_seconds=[0.5, 0.5, 0.25])
+    places.crash(0, at=1.0, restart=1.0)  # back at 2.0
+    places.crash(2, at=1.5, restart=10.0)  # back at 11.5
+    assert places.take(1.9, wanted={2}) == []  # no one has connected yet
+    assert places.take(2.0, wanted={2}) == [2]  # 0's worker, but the round waits for 2
+    assert places.joining == {2: 2.25}
+    assert places.take(11.5, wanted=set()) == [0]  # 2's worker takes the place left
+    assert places.joining == {2: 2.25, 0: 12.0}
+
+
+def test_between_rounds_connections_and_joins_settle_in_time_order() -> None:
+    places = Newcomers(join_seconds=[0.5, 0.5])
+    places.crash(1, at=0.0, restart=1.0)
+    places.crash(0, at=0.2, restart=math.inf)  # never back
+    assert places.settle(1.4) == []  # connected at 1.0 and took place 0, the lowest
+    assert places.joining == {0: 1.5} and places.lost == {0, 1}
+    assert places.settle(1.5) == [0]
+    assert places.lost == {1} and places.replaced == {0}  # 1 stays lost for good
+    assert places.waiting == []
