@@ -50,6 +50,7 @@ from services.policies.base import (
     Param,
     Plan,
     Policy,
+    ResidualWait,
     RoundSpec,
     WorkerPlan,
     check_n,
@@ -417,7 +418,9 @@ class LagCoded(_Lazy):
         self._acceptable: set[int] = set()  # workers whose (stale or fresh) message counts
         self._seen: set[int] = set()  # contacted workers that answered this round
         self._contacted: frozenset[int] = frozenset()
-        self._good = False  # the messages that count decode within tol
+        # Whether the messages that count decode within tol, and the wait-past-n-S rule
+        # (cyclic's); lagc counts its own extended rounds, stale messages included.
+        self._wait = ResidualWait()
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         self.code, plan = cyclic_plan(self.name, self.s, self.h, self.seed, n_workers, n_partitions)
@@ -445,8 +448,8 @@ class LagCoded(_Lazy):
         fired = self._ps_triggered(self.smoothness)
         self._acceptable = set(np.flatnonzero(~fired).tolist())
         self._seen = set()
-        self._good = self._decodes_well()
-        if self._good:  # enough stale messages count, and they decode: no one is contacted
+        self._wait.good = self._decodes_well()
+        if self._wait.good:  # enough stale messages count, and they decode: no one is contacted
             self._contacted = frozenset()
             return RoundSpec(round=t, workers=())
         if len(self._acceptable) >= self.wanted:
@@ -466,16 +469,16 @@ class LagCoded(_Lazy):
             raise DecodeError(f"lagc: worker {worker} was not contacted in round {self._t}")
         assert self._latest is not None
         self._seen.add(worker)
-        if self._good:
+        if self._wait.good:
             return True  # decodable already: a later message is not needed
         self._store(worker, check_payload(self.name, worker, payload, self._latest.shape[1]))
         self._acceptable.add(worker)
         enough_before = len(self._acceptable) - 1 >= self.wanted
-        self._good = self._decodes_well()
-        if not self._good and len(self._acceptable) == self.wanted and not enough_before:
+        self._wait.good = self._decodes_well()
+        if not self._wait.good and len(self._acceptable) == self.wanted and not enough_before:
             self.extended_rounds += 1  # the first n-S cannot decode: wait for more
         # Decodable, or no one left to wait for (decode() then refuses, naming the residual).
-        return self._good or self._seen == self._contacted
+        return self._wait.good or self._seen == self._contacted
 
     def decoding_set(self) -> tuple[int, ...]:
         """F: the workers whose (fresh or stale) coded message the decode uses."""
@@ -502,12 +505,10 @@ class LagCoded(_Lazy):
         return Estimate(gradient, F, exact=exact, residual=vec.residual)
 
     def feasible(self, outstanding: frozenset[int]) -> bool:
-        if self._good:
+        if self._wait.good:
             return True
         pending = len(outstanding - self._seen - self._acceptable)
-        if len(self._acceptable) >= self.wanted:
-            return pending > 0  # enough messages but near-singular: waiting for more
-        return len(self._acceptable) + pending >= self.wanted
+        return self._wait.feasible(len(self._acceptable), pending, self.wanted)
 
 
 def _check_worker(name: str, worker: int, n: int, seen: set[int]) -> None:
