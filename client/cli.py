@@ -180,8 +180,8 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nesterov", action="store_true", default=None, help="Nesterov acceleration")
     g.add_argument(
         "--stragglers",
-        help="straggler model: none (default), exponential, "
-        "shifted-exponential, pareto, fixed, slowdown, fail-stop, crash, trace",
+        help="straggler model: none (default), exponential, shifted-exponential, pareto, "
+        "fixed, slowdown, fail-stop, crash, trace (options: `codedgd stragglers`)",
     )
     g.add_argument(
         "--straggler-opt",
@@ -541,6 +541,18 @@ def cmd_policies(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stragglers(args: argparse.Namespace) -> int:
+    from services.stragglers import STRAGGLER_MODELS
+
+    for name, info in STRAGGLER_MODELS.items():
+        print(name)
+        print(f"    {info.description}")
+        for p in info.parameters:
+            default = "required" if p.required else f"default {p.default!r}"
+            print(f"    --straggler-opt {p.name}=<{p.type.__name__}>  {p.help} ({default})")
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -651,6 +663,12 @@ def build_parser() -> argparse.ArgumentParser:
         "policies", help="list the aggregation policies and their parameters", epilog=EPILOG
     )
     p.set_defaults(func=cmd_policies)
+    p = sub.add_parser(
+        "stragglers",
+        help="list the straggler models (--stragglers) and their options",
+        epilog=EPILOG,
+    )
+    p.set_defaults(func=cmd_stragglers)
 
     # Commands that live in their own modules.
     from client.health import add_parser as add_health_parser

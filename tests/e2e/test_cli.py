@@ -97,7 +97,8 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
 
 
 def test_help_of_every_command() -> None:
-    for cmd in ("run", "coordinator", "worker", "submit", "watch", "status", "cancel", "policies"):
+    commands = ("run", "coordinator", "worker", "submit", "watch", "status", "cancel")
+    for cmd in (*commands, "policies", "stragglers"):
         proc = codedgd(cmd, "--help")
         assert proc.returncode == 0 and "usage: codedgd " + cmd in proc.stdout
 
@@ -106,6 +107,19 @@ def test_policies_lists_parameters() -> None:
     proc = codedgd("policies")
     assert proc.returncode == 0
     assert "ignore-stragglers" in proc.stdout and "--param s=<int>" in proc.stdout
+
+
+def test_stragglers_lists_every_model_with_its_options() -> None:
+    from services.stragglers import STRAGGLER_MODELS
+
+    proc = codedgd("stragglers")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    for name, info in STRAGGLER_MODELS.items():
+        assert name in lines, name  # a line of its own
+        for p in info.parameters:
+            assert f"--straggler-opt {p.name}=<{p.type.__name__}>" in proc.stdout
+    assert "restart=<float>  seconds until a crashed worker connects again" in proc.stdout
 
 
 @pytest.mark.parametrize("command", ["run", "simulate"])
