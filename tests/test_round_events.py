@@ -236,3 +236,18 @@ async def test_a_round_never_decodes_with_half_of_a_lost_workers_result_in_its_s
     _answer(job, 1, 2)  # enough for the stand-in to decode
     with pytest.raises(JobFailed, match=r"decoded without place\(s\) \[0\], part of whose"):
         await asyncio.wait_for(task, 5)
+
+
+async def test_a_result_from_a_worker_already_lost_is_never_added_into_the_sum() -> None:
+    """A worker that reported an error is lost, though its stream may stay open."""
+    job, policy = _job(2, replace_timeout=5.0)
+    task = await _round(job, policy)
+    assert job._summing is not None
+    job._payload_len = [DIM] * 2
+    job.lose(job._workers[0], "gradient computation failed")
+    chunk = next(tensor_chunks("gradient", np.ones(DIM)))
+    job.deliver(job._workers[0], pb.Result(job_id="j", round=0, payload=chunk), 64)
+    assert not job._summing.any() and 0 not in job._partials
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -189,6 +189,8 @@ class JobRun:
         worker = session.index
         if not 0 <= worker < len(self._workers) or self._workers[worker] is not session:
             return  # not (or no longer) this job's worker at that index
+        if worker in self._lost:
+            return  # lost (it reported an error, say) while its stream stays open: unused
         self._bytes_up += nbytes
         self.metrics.bytes_up.inc(nbytes)
         if result.round < self._current_round:
