@@ -637,9 +637,8 @@ class JobRun:
             except TimeoutError:
                 if replace_by is not None:  # no replacement in time
                     raise JobFailed(
-                        f"round {t}: no worker took the place of lost worker(s) "
-                        f"{sorted(vacant)} within job.replace_timeout="
-                        f"{self.config.replace_timeout:g} s; " + self._infeasible_message(t, policy)
+                        no_replacement_message(t, sorted(vacant), self.config.replace_timeout)
+                        + self._infeasible_message(t, policy)
                     ) from None
                 raise JobFailed(
                     f"round {t} was not decodable within job.round_timeout="
@@ -788,13 +787,27 @@ class JobRun:
         return now + wait
 
     def _infeasible_message(self, t: int, policy: Policy) -> str:
-        lost = ", ".join(self._workers[w].label for w in sorted(self._lost)) or "none"
-        return (
-            f"policy {policy.name!r} cannot decode round {t} without the lost worker(s) "
-            f"[{lost}]. Set job.replace_timeout (--replace-timeout) so a new worker can take "
-            "its place, use a policy that tolerates more stragglers (e.g. ignore-stragglers, "
-            "frc or cyclic with a larger s), or restart the job with all workers up."
-        )
+        lost = [self._workers[w].label for w in sorted(self._lost)]
+        return infeasible_message(policy.name, t, lost)
+
+
+def no_replacement_message(t: int, vacant: list[int], replace_timeout: float) -> str:
+    """The start of the error of a round whose replacement did not come (real or simulated)."""
+    return (
+        f"round {t}: no worker took the place of lost worker(s) {vacant} within "
+        f"job.replace_timeout={replace_timeout:g} s; "
+    )
+
+
+def infeasible_message(policy: str, t: int, lost: list[str]) -> str:
+    """Why round t cannot decode without the lost workers, and the fixes (real or simulated)."""
+    return (
+        f"policy {policy!r} cannot decode round {t} without the lost worker(s) "
+        f"[{', '.join(lost) or 'none'}]. Set job.replace_timeout (--replace-timeout) so a new "
+        "worker can take its place, use a policy that tolerates more stragglers (e.g. "
+        "ignore-stragglers, frc or cyclic with a larger s), or restart the job with all "
+        "workers up."
+    )
 
 
 def _timed(decode: Callable[[], Estimate]) -> tuple[Estimate, float]:

@@ -42,7 +42,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.coordinator.runner import Prepared, _evaluate, prepare
+from services.coordinator.runner import (
+    Prepared,
+    _evaluate,
+    infeasible_message,
+    no_replacement_message,
+    prepare,
+)
 from services.data.dataset import take_rows
 from services.errors import DecodeError, JobFailed
 from services.job import JobConfig
@@ -297,7 +303,7 @@ class Simulator:
         if eager:
             for w in contacted:
                 if w not in crash:
-                    compute[w] = self._compute_now(w, point, payloads, measured=compute)
+                    compute[w] = self._compute_now(w, point, payloads, compute[w])
         uploading: dict[int, bool] = {}
         for w in contacted:  # a crashing worker sends nothing (and holds no ingress)
             uploading[w] = w not in crash and self._uploads(w, payloads, spec.params, lazy_round)
@@ -350,9 +356,8 @@ class Simulator:
             if at > (replace_by if replace_by is not None else deadline):
                 if replace_by is not None:
                     raise JobFailed(
-                        f"round {t}: no worker took the place of lost worker(s) "
-                        f"{sorted(vacant)} within job.replace_timeout="
-                        f"{cfg.replace_timeout:g} s (simulated); " + self._infeasible(t)
+                        no_replacement_message(t, sorted(vacant), cfg.replace_timeout)
+                        + self._infeasible(t)
                     )
                 raise JobFailed(
                     f"round {t} was not decodable within job.round_timeout="
@@ -375,7 +380,7 @@ class Simulator:
                     outstanding.add(w)
                     compute[w] = float(compute_model[w])
                     if eager:
-                        compute[w] = self._compute_now(w, point, payloads, measured=compute)
+                        compute[w] = self._compute_now(w, point, payloads, compute[w])
                     uploading[w] = self._uploads(w, payloads, spec.params, lazy_round)
                     size = self.payload_bytes[w] if uploading[w] else 0
                     ready_at = at + cost.link_seconds(theta_bytes)
@@ -445,13 +450,13 @@ class Simulator:
         return self.computers[w].compute(point).payload
 
     def _compute_now(
-        self, w: int, point: np.ndarray, payloads: dict[int, np.ndarray], measured: dict[int, float]
+        self, w: int, point: np.ndarray, payloads: dict[int, np.ndarray], modelled: float
     ) -> float:
-        """Compute w's message now; its compute seconds (measured, or the modelled ones)."""
+        """Compute w's message now; its compute seconds (measured, or ``modelled``)."""
         result = self.computers[w].compute(point)
         self.computed += 1
         payloads[w] = result.payload
-        return result.seconds if self.cost.compute == "measured" else measured[w]
+        return result.seconds if self.cost.compute == "measured" else modelled
 
     def _uploads(
         self, w: int, payloads: dict[int, np.ndarray], params: Mapping[str, float], lazy: bool
@@ -467,14 +472,8 @@ class Simulator:
         return at + self.config.replace_timeout
 
     def _infeasible(self, t: int) -> str:
-        lost = ", ".join(f"worker {w}" for w in sorted(self.newcomers.lost)) or "none"
-        return (
-            f"policy {self.prepared.policy.name!r} cannot decode round {t} without the lost "
-            f"worker(s) [{lost}]. Set job.replace_timeout (--replace-timeout) so a new worker "
-            "can take its place, use a policy that tolerates more stragglers (e.g. "
-            "ignore-stragglers, frc or cyclic with a larger s), or restart the job with all "
-            "workers up."
-        )
+        lost = [f"worker {w}" for w in sorted(self.newcomers.lost)]
+        return infeasible_message(self.prepared.policy.name, t, lost)
 
 
 def _next(at: float) -> str:
