@@ -15,6 +15,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from services.data.dataset import Matrix
+from services.models.block import BlockGradient
 
 
 class Model(Protocol):
@@ -29,6 +30,14 @@ class Model(Protocol):
 
     def grad_sum(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> np.ndarray:
         """Σ_i ∇ℓ(x_i, y_i; θ) over the rows of X, float64, length dim (no L2 term)."""
+        ...
+
+    def block(self, X: Matrix, y: np.ndarray) -> BlockGradient:
+        """``grad_sum`` over these fixed rows for any θ, the data checked once (here).
+
+        A worker binds each of its partitions once per job: a bad label or shape is
+        reported when it takes the assignment, and no round repeats the checks.
+        """
         ...
 
     def metric(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:

@@ -1,12 +1,9 @@
 """Least squares, and the linear algebra every linear model shares.
 
-Besides :class:`LeastSquares`, this module holds the two kernels the linear
-models are built on, so they are written (and tuned) once:
-
-- :func:`transpose_matvec` computes Xᵀr, the step that dominates a worker's
-  gradient on sparse data;
-- :func:`gram_lambda_max` computes λ_max(XᵀX) = σ_max(X)², the smoothness
-  constant behind ``lr = "auto"`` and LAG's thresholds, without forming XᵀX.
+Besides :class:`LeastSquares`, this module holds what the linear models share:
+:func:`gram_lambda_max`, which computes λ_max(XᵀX) = σ_max(X)², the smoothness
+constant behind ``lr = "auto"`` and LAG's thresholds, without forming XᵀX, and the
+shape checks. The gradient Xᵀr itself is computed by :mod:`services.models.block`.
 """
 
 from __future__ import annotations
@@ -20,24 +17,11 @@ import scipy.sparse.linalg as spla
 
 from services.data.dataset import Matrix
 from services.errors import ConfigError, DataError
+from services.models.block import BlockGradient
 
 # Below this many rows (or columns) the smaller Gram matrix is formed densely and
 # solved exactly: faster than Lanczos and free of convergence questions.
 _DENSE_GRAM_LIMIT = 512
-
-
-def transpose_matvec(X: Matrix, r: np.ndarray) -> np.ndarray:
-    """Xᵀr as a float64 vector of length X.shape[1].
-
-    Measured on the Amazon shape (26,215 x 241,915 CSR, 44 non-zeros a row):
-    ``X.T @ r`` (a scatter over the rows of X through the free CSC view of Xᵀ)
-    takes 1.3-1.6 ms against 2.1-2.4 ms for a precomputed CSR copy of Xᵀ (a
-    gather over 241,915 short rows), on the real data and on a random one-hot
-    matrix alike; ``r @ X`` and ``X.T.dot(r)`` run the same kernel with a little
-    more overhead. So the plain expression is the fastest and costs no memory.
-    For a dense C-ordered X it is one BLAS gemv with the transpose flag.
-    """
-    return np.asarray(X.T @ r, dtype=np.float64).reshape(-1)
 
 
 def gram_lambda_max(X: Matrix) -> float:
@@ -100,6 +84,11 @@ def _power_iteration(
     return mu, v
 
 
+def _link(z: np.ndarray, y: np.ndarray) -> None:
+    """Predictions z → residuals z − y, in place."""
+    z -= y
+
+
 def check_shapes(theta: np.ndarray, X: Matrix, y: np.ndarray | None) -> None:
     """Raise a DataError naming the mismatch instead of scipy's bare shape error."""
     n, d = X.shape
@@ -149,7 +138,11 @@ class LeastSquares:
         return 0.5 * float(r @ r)
 
     def grad_sum(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> np.ndarray:
-        return transpose_matvec(X, self._residual(theta, X, y))
+        return self.block(X, y).grad_sum(as_float_vector(theta))
+
+    def block(self, X: Matrix, y: np.ndarray) -> BlockGradient:
+        """The gradient over these rows for any θ (residual r = Xθ − y)."""
+        return BlockGradient(X, y, _link)
 
     def metric(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:
         r = self._residual(theta, X, y)

@@ -7,7 +7,9 @@ With margins z_i = x_iᵀθ and signs s_i = 2y_i − 1,
 Both are computed without overflow for any margin: the loss through
 ``np.logaddexp(0, −s z)`` and σ through ``scipy.special.expit``. The gradient
 is one sparse product each way (Xθ, then Xᵀr) plus O(N) elementwise work done
-in place, so on CSR data it costs what the bare scipy expression costs.
+in place, so on CSR data it costs what the bare scipy expression costs. A worker
+binds its partitions once (:meth:`LogisticRegression.block`): the labels are checked
+then, not every round.
 """
 
 from __future__ import annotations
@@ -19,12 +21,8 @@ from scipy.special import expit
 
 from services.data.dataset import Matrix
 from services.errors import ConfigError, DataError
-from services.models.least_squares import (
-    as_float_vector,
-    check_shapes,
-    gram_lambda_max,
-    transpose_matvec,
-)
+from services.models.block import BlockGradient
+from services.models.least_squares import as_float_vector, check_shapes, gram_lambda_max
 
 
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -56,6 +54,12 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     ranks = np.repeat(mean_rank, ends - starts)
     rank_sum_pos = float(ranks[positive[order]].sum())
     return (rank_sum_pos - n_pos * (n_pos + 1) / 2.0) / (float(n_pos) * float(n_neg))
+
+
+def _link(z: np.ndarray, y: np.ndarray) -> None:
+    """Margins z → residuals σ(z) − y, in place."""
+    expit(z, out=z)
+    z -= y
 
 
 def _check_binary(y: np.ndarray) -> None:
@@ -105,10 +109,13 @@ class LogisticRegression:
         return float(np.logaddexp(0.0, z, out=z).sum())
 
     def grad_sum(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> np.ndarray:
-        z, y = self._margins(theta, X, y)
-        expit(z, out=z)
-        z -= y
-        return transpose_matvec(X, z)
+        return self.block(X, y).grad_sum(as_float_vector(theta))
+
+    def block(self, X: Matrix, y: np.ndarray) -> BlockGradient:
+        """The gradient over these rows for any θ, the labels checked once, here."""
+        y = as_float_vector(y)
+        _check_binary(y)
+        return BlockGradient(X, y, _link)
 
     def metric(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:
         # σ is monotone, so the raw margins rank exactly like the probabilities,

@@ -70,6 +70,8 @@ class Computer:
             )
         self.model = model
         self.partitions = list(partitions)
+        # Checked once, here (a DataError refuses the assignment), not every round.
+        self._blocks = [model.block(part.X, part.y) for part in self.partitions]
         self.coefficients = np.asarray(coefficients, dtype=np.float64)
         self.options = dict(options or {})
 
@@ -79,9 +81,9 @@ class Computer:
             payload = self._compute_summed(theta, cancel)
         else:
             grads = np.empty((len(self.partitions), theta.shape[0]), dtype=np.float64)
-            for row, part in enumerate(self.partitions):
+            for row, block in enumerate(self._blocks):
                 _check(cancel)
-                grads[row] = self.model.grad_sum(theta, part.X, part.y)
+                grads[row] = block.grad_sum(theta)
             payload = encode(grads, self.coefficients)
         _check(cancel)
         return ComputeResult(payload, time.perf_counter() - start)
@@ -89,9 +91,9 @@ class Computer:
     def _compute_summed(self, theta: np.ndarray, cancel: CancelFlag | None) -> np.ndarray:
         """Σ_j c_j g_j accumulated in place: no (p, ℓ) matrix, no copy for c_j = 1."""
         payload: np.ndarray | None = None
-        for row, part in enumerate(self.partitions):
+        for row, block in enumerate(self._blocks):
             _check(cancel)
-            g = self.model.grad_sum(theta, part.X, part.y)
+            g = block.grad_sum(theta)
             c = float(self.coefficients[row, 0])
             if payload is None:
                 payload = g if c == 1.0 else c * g

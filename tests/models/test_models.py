@@ -199,3 +199,35 @@ def test_bad_labels_and_shapes_are_clear_errors() -> None:
         model.grad_sum(np.zeros(3), X, np.array([1.0, 0.0, 1.0]))
     with pytest.raises(DataError, match="rows"):
         LeastSquares().grad_sum(np.zeros(2), X, np.zeros(4))
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+@pytest.mark.parametrize("model_name", ["logistic", "least-squares"])
+def test_a_bound_block_gives_grad_sum_for_every_theta(model_name: str, sparse: bool) -> None:
+    """A worker binds its partition once and reuses it: each θ gives the one-shot gradient."""
+    dense, csr = _data(5, n=30, d=9)
+    X: Matrix = csr if sparse else dense
+    rng = np.random.default_rng(6)
+    y = (rng.random(30) < 0.5).astype(np.float64)
+    model = create_model(model_name, {})
+    block = model.block(X, y)
+    assert block.dim == 9
+    for _ in range(3):
+        theta = rng.standard_normal(9)
+        got = block.grad_sum(theta)
+        assert got.dtype == np.float64 and got.shape == (9,)
+        np.testing.assert_array_equal(got, model.grad_sum(theta, X, y))
+        # Its result is the caller's: changing it leaves the next round's alone.
+        got[:] = np.nan
+        assert np.isfinite(block.grad_sum(theta)).all()
+
+
+def test_a_block_checks_its_data_when_bound_and_theta_every_round() -> None:
+    X = sp.csr_matrix(np.ones((3, 2)))
+    with pytest.raises(DataError, match="0, 1"):
+        LogisticRegression().block(X, np.array([1.0, -1.0, 1.0]))
+    with pytest.raises(DataError, match="rows"):
+        LeastSquares().block(X, np.zeros(4))
+    block = LogisticRegression().block(X, np.array([1.0, 0.0, 1.0]))
+    with pytest.raises(DataError, match="features"):
+        block.grad_sum(np.zeros(3))
