@@ -630,10 +630,17 @@ class JobRun:
             # While the round cannot decode without a replacement, replace_timeout rules
             # (it may be longer than round_timeout); else round_timeout.
             try:
-                async with asyncio.timeout_at(
-                    replace_by if replace_by is not None else deadline_at
-                ):
-                    event = await self._events.get()
+                # Results often arrive together: take one already queued without arming
+                # a timer (a deadline already past still fails at the next wait).
+                event = self._events.get_nowait()
+            except asyncio.QueueEmpty:
+                event = None
+            try:
+                if event is None:
+                    async with asyncio.timeout_at(
+                        replace_by if replace_by is not None else deadline_at
+                    ):
+                        event = await self._events.get()
             except TimeoutError:
                 if replace_by is not None:  # no replacement in time
                     raise JobFailed(

@@ -45,7 +45,13 @@ from services.wire import (
     framed,
     to_array,
 )
-from services.worker.compute import CancelFlag, Cancelled, Computer, PartitionRows
+from services.worker.compute import (
+    CancelFlag,
+    Cancelled,
+    Computer,
+    ComputeResult,
+    PartitionRows,
+)
 from services.worker.lazy import LazyUploader
 
 log = logging.getLogger("codedgd.worker")
@@ -461,11 +467,26 @@ class WorkerAgent:
             return
         job.theta = None
         self._cancel_task(job)
-        job.cancel_event = CancelFlag()
+        cancel = job.cancel_event = CancelFlag()
         job.task_round = int(start.round)
-        job.task = asyncio.create_task(
-            self._do_round(job, int(start.round), theta, job.theta_params, job.cancel_event)
-        )
+        if self._last_compute < INLINE_COMPUTE_SECONDS:
+            # Short: computed here, and unless the straggler model delays it, sent now
+            # (no task, no extra turn of the event loop: most of a round's cost at
+            # small ℓ is such per-round overhead).
+            computed = self._compute(job, int(start.round), theta, cancel)
+            if computed is None:
+                return
+            result, delay = computed
+            if delay <= 0:
+                self._send_result(job, int(start.round), result, delay, job.theta_params, cancel)
+                return
+            job.task = asyncio.create_task(
+                self._finish_round(job, int(start.round), result, delay, job.theta_params, cancel)
+            )
+        else:
+            job.task = asyncio.create_task(
+                self._do_round(job, int(start.round), theta, job.theta_params, cancel)
+            )
 
     async def _do_round(
         self,
@@ -475,40 +496,70 @@ class WorkerAgent:
         params: dict[str, float],
         cancel: CancelFlag,
     ) -> None:
+        """Compute in a thread (the event loop stays free for a Cancel), then finish."""
+        computed = await asyncio.to_thread(self._compute, job, round_, theta, cancel)
+        if computed is None or cancel.is_set():
+            return
+        result, delay = computed
+        if delay > 0:
+            await self._finish_round(job, round_, result, delay, params, cancel)
+        else:
+            self._send_result(job, round_, result, delay, params, cancel)
+
+    def _compute(
+        self, job: _Job, round_: int, theta: np.ndarray, cancel: CancelFlag
+    ) -> tuple[ComputeResult, float] | None:
+        """The round's result and its straggler delay, or None (cancelled, or failed)."""
         computer = job.computer
         assert computer is not None
         try:
-            if self._last_compute < INLINE_COMPUTE_SECONDS:
-                result = computer.compute(theta, cancel)
-            else:
-                result = await asyncio.to_thread(computer.compute, theta, cancel)
-            self._last_compute = result.seconds
+            result = computer.compute(theta, cancel)
         except Cancelled:
-            return
+            return None
         except Exception as exc:
             log.exception("round %d failed", round_)
             self._error(
                 job.job_id, round_, f"gradient computation failed: {type(exc).__name__}: {exc}"
             )
-            return
-        if cancel.is_set():
-            return
+            return None
+        self._last_compute = result.seconds
         self.rounds_computed += 1
         self.compute_seconds_total += result.seconds
+        straggler = job.straggler
+        if straggler is None:
+            return result, 0.0
         a = job.assignment
         load = len(a.partitions) / max(1, a.n_partitions)
-        delay = 0.0
-        straggler = job.straggler
-        if straggler is not None:
-            delay = float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
-        upload = job.lazy.should_upload(result.payload, params)
-        if delay > 0:
-            if math.isfinite(delay):
-                self.delay_seconds_total += delay
-            # Cancelled at once by a Cancel. An infinite delay (fail-stop) never ends
-            # otherwise: this worker's result for the round never leaves.
-            await asyncio.sleep(delay)
-        if not upload:
+        return result, float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
+
+    async def _finish_round(
+        self,
+        job: _Job,
+        round_: int,
+        result: ComputeResult,
+        delay: float,
+        params: dict[str, float],
+        cancel: CancelFlag,
+    ) -> None:
+        """Wait the straggler delay (a Cancel ends it at once), then send."""
+        if math.isfinite(delay):
+            self.delay_seconds_total += delay
+        # An infinite delay (fail-stop) never ends otherwise: this worker's result for
+        # the round never leaves.
+        await asyncio.sleep(delay)
+        self._send_result(job, round_, result, delay, params, cancel)
+
+    def _send_result(
+        self,
+        job: _Job,
+        round_: int,
+        result: ComputeResult,
+        delay: float,
+        params: dict[str, float],
+        cancel: CancelFlag,
+    ) -> None:
+        """Queue the result, or (lazy aggregation's trigger) a 'skipped' note instead."""
+        if not job.lazy.should_upload(result.payload, params):
             self.uploads_skipped += 1
             message = pb.WorkerMessage()
             skipped = message.result
