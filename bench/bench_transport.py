@@ -217,7 +217,7 @@ async def main() -> None:
                 statistics.median(m.workers_cpu_ms for m in ours),
                 statistics.median(m.workers_cpu_ms for m in raws),
             ]
-            print(f"| {n} | {dim:,} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
+            print(f"| {n} | {dim:,} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
 
 
 if __name__ == "__main__":
