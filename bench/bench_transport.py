@@ -101,13 +101,20 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int, warmup: int = 1) 
         cpu: dict[int, list[float]] = {}
         clock: dict[int, float] = {}
         job = server.service.submit(config)
+        # No watcher wakes up every round (the raw program has none): the last round's
+        # record ends the wait, then the job's own end.
+        last_round: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def on_record(record: RoundRecord) -> None:
             if record.round in (warmup - 1, warmup - 1 + rounds):  # rounds < warmup warm up
                 clock[record.round] = time.perf_counter()
                 cpu[record.round] = _snapshot(pids)
+            if record.round == warmup - 1 + rounds and not last_round.done():
+                last_round.set_result(None)
 
         job.on_record = on_record
+        while not (last_round.done() or job.finished):  # a failed job never gets there
+            await asyncio.wait([last_round], timeout=0.1)
         while not job.finished:
             await job.wait_change()
         if job.state != "done":

@@ -517,7 +517,11 @@ class JobRun:
         opt_options["lr"] = prepared.lr
         optimizer = create_optimizer(opt_options, np.zeros(ds.dim))
         n_rows = ds.n_train
-        policy_label = policy.name
+        # The children every round updates, looked up once (labels() takes a lock).
+        round_hist = self.metrics.round_duration.labels(policy.name)
+        wait_hist = self.metrics.wait_duration.labels(policy.name)
+        decode_hist = self.metrics.decode_duration.labels(policy.name)
+        rounds_done = self.metrics.rounds.labels(policy.name)
         wall = 0.0
         self.metrics.job_info.info(
             {
@@ -567,11 +571,10 @@ class JobRun:
                 response_seconds=out.responses,
                 worker_compute_seconds=out.computes,
             )
-            wait_s, decode_s = out.wait_seconds, out.decode_seconds
-            self.metrics.round_duration.labels(policy_label).observe(round_s)
-            self.metrics.wait_duration.labels(policy_label).observe(wait_s)
-            self.metrics.decode_duration.labels(policy_label).observe(decode_s)
-            self.metrics.rounds.labels(policy_label).inc()
+            round_hist.observe(round_s)
+            wait_hist.observe(out.wait_seconds)
+            decode_hist.observe(out.decode_seconds)
+            rounds_done.inc()
             self.records.append(record)
             if self.on_record is not None:
                 self.on_record(record)
