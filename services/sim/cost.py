@@ -158,17 +158,20 @@ def calibrate(
     theta: np.ndarray,
     repeats: int = 5,
 ) -> Calibration:
-    """Fit compute = a·rows + b·partitions from two timings of the model's ``grad_sum``.
+    """Fit compute = a·rows + b·partitions from two timings of a worker's gradient.
 
     Times (median of ``repeats``) one gradient over all training rows and one over a
-    single partition's rows; a is the slope, b the fixed per-call cost (the dense
-    output of a sparse product, say). Both are clipped at 0.
+    single partition's rows, each bound once as a worker binds its partitions
+    (``model.block``), so a round's timing leaves out the one-off checks; a is the
+    slope, b the fixed per-call cost (the dense output of a sparse product, say). Both
+    are clipped at 0.
     """
     from services.data.dataset import take_rows
 
-    block_X, block_y = take_rows(X, block_rows), y[block_rows]
-    full = _median_seconds(lambda: model.grad_sum(theta, X, y), repeats)
-    block = _median_seconds(lambda: model.grad_sum(theta, block_X, block_y), repeats)
+    whole = model.block(X, y)
+    part = model.block(take_rows(X, block_rows), y[block_rows])
+    full = _median_seconds(lambda: whole.grad_sum(theta), repeats)
+    block = _median_seconds(lambda: part.grad_sum(theta), repeats)
     n_full, n_block = int(X.shape[0]), int(block_rows.shape[0])
     spread = n_full - n_block
     a = max((full - block) / spread, 0.0) if spread > 0 else full / max(n_full, 1)
