@@ -142,6 +142,13 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         "job fails at once)",
     )
     g.add_argument(
+        "--spares",
+        type=int,
+        help="idle workers standing by to take a lost worker's place at once: `run` starts "
+        "this many beyond n and `simulate` models them (default 0; a coordinator you start "
+        "yourself uses whatever idle workers are connected)",
+    )
+    g.add_argument(
         "--policy", "-p", help="aggregation policy (default uncoded; see `codedgd policies`)"
     )
     g.add_argument(
@@ -205,6 +212,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig:
         ("eval_every", "eval_every"),
         ("round_timeout", "round_timeout"),
         ("replace_timeout", "replace_timeout"),
+        ("spares", "spares"),
     ):
         value = getattr(args, flag)
         if value is not None:

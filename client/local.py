@@ -83,7 +83,8 @@ async def run_local(
         job.on_record = on_record
         env = worker_environment(os.environ, token)
         sink = log_file if log_file is not None else asyncio.subprocess.DEVNULL
-        for i in range(config.workers):
+        # The first n to connect take the job; the spares stay idle until a place is lost.
+        for i in range(config.workers + config.spares):
             args = [
                 sys.executable,
                 "-m",
@@ -103,7 +104,8 @@ async def run_local(
                 )
             )
         if on_status is not None:
-            on_status(f"started {config.workers} worker processes")
+            spares = f" and {config.spares} spare(s)" if config.spares else ""
+            on_status(f"started {config.workers} worker processes{spares}")
         while not job.finished:
             # asyncio.wait, not wait_for: Python 3.11's wait_for returns the result when
             # a Ctrl-C's cancellation lands as the change completes (rounds take

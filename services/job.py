@@ -74,6 +74,10 @@ class JobConfig:
     # Seconds a round that lost a worker it cannot decode without waits for a replacement
     # worker to connect and take the lost worker's place (0: the job fails at once).
     replace_timeout: float = 0.0
+    # Idle workers standing by to take a lost worker's place at once: `codedgd run` starts
+    # this many beyond `workers`, and the simulator has as many connected from the start.
+    # A coordinator started by hand uses whatever idle workers are connected: it starts none.
+    spares: int = 0
     data: Component = field(default_factory=lambda: Component("synthetic"))
     model: Component = field(default_factory=lambda: Component("logistic", {"l2": 1e-4}))
     policy: Component = field(default_factory=lambda: Component("uncoded"))
@@ -86,6 +90,7 @@ class JobConfig:
         _check_int("job.seed", self.seed, minimum=0)
         _check_int("job.partitions", self.partitions, minimum=0)
         _check_int("job.eval_every", self.eval_every, minimum=1)
+        _check_int("job.spares", self.spares, minimum=0)
         if not isinstance(self.round_timeout, int | float) or self.round_timeout <= 0:
             raise ConfigError(
                 "job.round_timeout must be a positive number of seconds, "
@@ -117,6 +122,8 @@ class JobConfig:
         }
         if self.target_loss is not None:
             job["target_loss"] = self.target_loss
+        if self.spares:  # only when used, so workers of earlier versions still read the job
+            job["spares"] = self.spares
         return {
             "job": job,
             "data": self.data.to_dict(),
@@ -151,6 +158,7 @@ class JobConfig:
             "eval_every",
             "round_timeout",
             "replace_timeout",
+            "spares",
         }
         bad = set(job) - known_job
         if bad:
@@ -167,6 +175,7 @@ class JobConfig:
             eval_every=job.get("eval_every", 1),
             round_timeout=job.get("round_timeout", 300.0),
             replace_timeout=job.get("replace_timeout", 0.0),
+            spares=job.get("spares", 0),
             data=_component(doc, "data", "synthetic"),
             model=_component(doc, "model", "logistic", {"l2": 1e-4}),
             policy=_component(doc, "policy", "uncoded"),

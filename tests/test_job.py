@@ -47,6 +47,8 @@ def test_toml_file(tmp_path: Path) -> None:
         ({"job": {"round_timeout": -1}}, "round_timeout"),
         ({"job": {"replace_timeout": -1}}, "job.replace_timeout must be a number of seconds >= 0"),
         ({"job": {"replace_timeout": "1m"}}, "replace_timeout"),
+        ({"job": {"spares": -1}}, "job.spares must be an integer >= 0"),
+        ({"job": {"spares": 1.5}}, "job.spares"),
         ({"policy": "uncoded"}, "must be a table"),
         ({"policy": {"name": 3}}, "name must be a string"),
     ],
@@ -66,3 +68,11 @@ def test_replace_timeout_travels_with_the_job() -> None:
     assert job.replace_timeout == 30
     assert JobConfig.from_json(job.to_json()).replace_timeout == 30
     assert JobConfig().replace_timeout == 0.0  # by default a lost worker fails the round
+
+
+def test_spares_travel_with_the_job_and_stay_out_of_it_when_unused() -> None:
+    job = JobConfig.from_dict({"job": {"spares": 2}})
+    assert job.spares == 2
+    assert JobConfig.from_json(job.to_json()).spares == 2
+    # Without spares the job document is what workers of earlier versions read.
+    assert "spares" not in JobConfig().to_dict()["job"]

@@ -181,7 +181,7 @@ class Simulator:
         self.join = [
             join_seconds(cost, sum(_nbytes(rows[p]) for p in wp.partitions)) for wp in plan.workers
         ]
-        self.newcomers = Newcomers(self.join)
+        self.newcomers = Newcomers(self.join, spares=config.spares)
 
     def modelled_compute(self) -> np.ndarray:
         """Every worker's compute seconds under the cost model (0 for compute="none")."""

@@ -5,7 +5,8 @@ The coordinator's rule (:meth:`services.coordinator.runner.JobRun._replace_lost`
 newcomer is joining at, one the running round waits for if any, else the lowest, and
 holds it once its join (assignment, data, acknowledgement) is done. A newcomer that finds
 no open place waits, and takes the next place that is lost. A place taken mid-job has a
-holder that never crashes (``Assignment.replacement``).
+holder that never crashes (``Assignment.replacement``). Spare workers (``job.spares``)
+are newcomers connected from the start: each takes a place the moment it is lost.
 
 All times are absolute virtual seconds since the job began.
 """
@@ -25,6 +26,11 @@ class Newcomers:
     joining: dict[int, float] = field(default_factory=dict)  # place → its newcomer has joined
     waiting: list[float] = field(default_factory=list)  # heap: when unplaced newcomers connect
     replaced: set[int] = field(default_factory=set)  # places taken mid-job
+    spares: int = 0  # idle workers connected from the start (time 0)
+
+    def __post_init__(self) -> None:
+        self.waiting.extend([0.0] * self.spares)
+        heapq.heapify(self.waiting)
 
     def crash(self, place: int, at: float, restart: float) -> None:
         """The holder of ``place`` crashed at ``at``; it connects again ``restart`` later."""

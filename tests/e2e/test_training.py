@@ -100,3 +100,25 @@ async def test_target_loss_stops_early(policy: str) -> None:
     assert len(run.records) < 200
     assert run.records[-1].loss <= 0.6
     assert all(r.loss > 0.6 for r in run.records[:-1])
+
+
+async def test_codedgd_run_starts_spares_that_take_a_lost_place() -> None:
+    """`codedgd run --spares 1`: a worker lost for good costs uncoded nothing but a join."""
+    config = JobConfig(
+        workers=3,
+        rounds=6,
+        seed=7,
+        data=SYNTH,
+        model=Component("logistic", {"l2": 1e-3}),
+        replace_timeout=30.0,
+        spares=1,
+        stragglers=Component("crash", {"count": 1, "start": 2, "restart": -1}),
+    )
+    statuses: list[str] = []
+    run = await run_local(config, on_status=statuses.append)
+    assert "started 3 worker processes and 1 spare(s)" in statuses
+    assert run.state == "done" and len(run.records) == 6
+    assert run.records[2].computations == 4  # the crashed worker's θ_2, then the spare's
+    assert run.theta is not None
+    expected = reference_gd(config)
+    assert np.linalg.norm(np.asarray(run.theta) - expected) <= 1e-9 * np.linalg.norm(expected)

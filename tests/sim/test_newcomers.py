@@ -27,3 +27,14 @@ def test_between_rounds_connections_and_joins_settle_in_time_order() -> None:
     assert places.settle(1.5) == [0]
     assert places.lost == {1} and places.replaced == {0}  # 1 stays lost for good
     assert places.waiting == []
+
+
+def test_a_spare_takes_a_place_the_moment_it_is_lost() -> None:
+    places = Newcomers(join_seconds=[0.5, 0.25, 0.5], spares=1)
+    assert places.settle(10.0) == [] and places.waiting == [0.0]  # idle: nothing is lost
+    places.crash(1, at=12.0, restart=math.inf)
+    assert places.take(12.0, wanted={1}) == [1]  # joins from the loss on, not from time 0
+    assert places.joining == {1: 12.25} and places.waiting == []
+    places.crash(0, at=13.0, restart=math.inf)
+    assert places.take(13.0, wanted={0}) == []  # one spare only: place 0 stays lost
+    assert places.settle(20.0) == [1] and places.lost == {0}

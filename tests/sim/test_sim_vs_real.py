@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from services.coordinator.server import CoordinatorServer
+from services.errors import JobFailed
 from services.job import Component, JobConfig
 from services.reports import RoundRecord
 from services.sim import CostModel, Simulator
@@ -225,3 +226,29 @@ async def test_a_crash_and_restart_runs_the_same_rounds_real_and_simulated(
         assert real_records[t].computations == sim_records[t].computations == (4 if t == 2 else 3)
         assert real_records[t].cancelled == sim_records[t].cancelled == 0  # lost is not cancelled
     assert real_records[2].wait_seconds >= 0.3 and sim_records[2].wait_seconds >= 0.3
+
+
+async def test_a_spare_takes_a_lost_place_at_once_real_and_simulated(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """A worker crashes on θ_2 for good; the idle spare takes its place in both runs."""
+    config = JobConfig(
+        workers=3,
+        rounds=5,
+        seed=5,
+        data=SYNTH,
+        model=Component("logistic", {"l2": 1e-3}),
+        replace_timeout=60.0,
+        spares=1,
+        stragglers=Component("crash", {"count": 1, "start": 2, "restart": -1}),
+    )
+    worker_processes.start(coordinator.port, config.spares, name="spare")  # beside the n
+    real, real_records = await real_thetas(coordinator, worker_processes, config)
+    simulated, sim_records = sim_thetas(config)
+    for t in range(config.rounds):
+        np.testing.assert_allclose(simulated[t], real[t], rtol=1e-12, err_msg=f"round {t}")
+        assert real_records[t].workers_used == sim_records[t].workers_used == (0, 1, 2)
+        assert real_records[t].computations == sim_records[t].computations == (4 if t == 2 else 3)
+    # Without the spare the crashed worker's place would stay empty: uncoded would fail.
+    with pytest.raises(JobFailed, match="no worker took the place"):
+        Simulator(config.replace(spares=0, replace_timeout=1.0), CostModel()).run()
