@@ -13,8 +13,13 @@ with the compute constants calibrated on this machine and decoding taken as free
 that the two runs differ by the crash alone: the times are virtual seconds); ``--real``
 runs them as worker OS processes instead, exactly as ``codedgd run`` does (wall seconds).
 
+With ``--spares K`` the job keeps K idle workers standing by (``job.spares``): a lost
+place goes to one of them at once, so a worker that never comes back (``--restart -1``)
+costs only the spare's join.
+
     python -m bench.bench_crash
     python -m bench.bench_crash --real --workers 6 --rounds 40
+    python -m bench.bench_crash --restart -1 --spares 2
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ def main() -> None:
     p.add_argument("--start", type=int, default=10, help="the round they crash in")
     p.add_argument("--restart", type=float, default=2.0, help="seconds until they are back")
     p.add_argument("--replace-timeout", type=float, default=60.0)
+    p.add_argument("--spares", type=int, default=0, help="idle workers standing by")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--policy", action="append", help=f"name:key=value,... (default {DEFAULT_POLICIES})"
@@ -64,7 +70,9 @@ def main() -> None:
     down = create_straggler_model("crash", crash.options, seed=a.seed, n_workers=a.workers)
     print(
         f"n = {a.workers}, {a.rounds} rounds; workers {list(down.failed)} crash in round "
-        f"{a.start}, back {a.restart:g} s later; replace_timeout {a.replace_timeout:g} s; "
+        f"{a.start}, "
+        + ("never back" if a.restart < 0 else f"back {a.restart:g} s later")
+        + f"; {a.spares} spare(s); replace_timeout {a.replace_timeout:g} s; "
         + ("real processes (wall seconds)" if a.real else "simulated (virtual seconds)")
     )
     print(
@@ -79,6 +87,7 @@ def main() -> None:
             seed=a.seed,
             policy=policy,
             replace_timeout=a.replace_timeout,
+            spares=a.spares,
         )
         calm, calm_theta = run(base, a.real)
         hit, hit_theta = run(base.replace(stragglers=crash), a.real)
