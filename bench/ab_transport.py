@@ -10,7 +10,8 @@ that commit) and gives the ratio of the two, which cancels much of the drift.
 
 Each commit is checked out with ``git worktree`` into a temporary directory (removed
 at the end); a commit must have ``bench/bench_transport.py`` with
-``raw_round_seconds`` and ``codedgd_round_seconds``.
+``raw_round_seconds`` and ``codedgd_round_seconds``. Each commit is measured by its own
+copy of those functions: a change to the benchmark itself shows in the comparison too.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def _checkout(rev: str, into: Path) -> Path:
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev],
         check=True,
         capture_output=True,
+        text=True,
     )
     return path
 
@@ -63,10 +65,11 @@ def _measure(tree: Path, n: int, dim: int, rounds: int, warmup: int) -> dict[str
         [sys.executable, "-c", _MEASURE, str(n), str(dim), str(rounds), str(warmup)],
         cwd=tree,
         env=env,
-        check=True,
         capture_output=True,
         text=True,
     )
+    if out.returncode != 0:
+        raise SystemExit(f"the measurement in {tree} failed:\n{out.stderr.strip()}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -82,10 +85,17 @@ def main() -> None:
     a = p.parse_args()
     if len(a.revs) < 2:
         p.error("give at least two commits to compare")
+    if len(set(a.revs)) != len(a.revs):
+        p.error("give each commit once")
     results: dict[str, list[dict[str, float]]] = {rev: [] for rev in a.revs}
     with tempfile.TemporaryDirectory(prefix="codedgd-ab-") as tmp:
-        trees = {rev: _checkout(rev, Path(tmp)) for rev in a.revs}
+        trees: dict[str, Path] = {}
         try:
+            for rev in a.revs:
+                try:
+                    trees[rev] = _checkout(rev, Path(tmp))
+                except subprocess.CalledProcessError as exc:
+                    raise SystemExit(f"cannot check out {rev!r}: {exc.stderr.strip()}") from None
             for i in range(a.pairs):
                 for rev, tree in trees.items():
                     m = _measure(tree, a.n, a.dim, a.rounds, a.warmup)
@@ -102,6 +112,7 @@ def main() -> None:
                     check=False,
                     capture_output=True,
                 )
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=False)
     print()
     print(f"n = {a.n}, ℓ = {a.dim:,}, {a.rounds} rounds a run, {a.pairs} pairs")
     print()

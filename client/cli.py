@@ -145,8 +145,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         "--spares",
         type=int,
         help="idle workers standing by to take a lost worker's place at once: `run` starts "
-        "this many beyond n and `simulate` models them (default 0; a coordinator you start "
-        "yourself uses whatever idle workers are connected)",
+        "this many beyond n and `simulate` models them; needs --replace-timeout > 0 "
+        "(default 0; a coordinator you start yourself uses whatever idle workers are "
+        "connected)",
     )
     g.add_argument(
         "--policy", "-p", help="aggregation policy (default uncoded; see `codedgd policies`)"

@@ -105,6 +105,12 @@ class JobConfig:
                 "job.replace_timeout must be a number of seconds >= 0 (0: fail at once), "
                 f"got {self.replace_timeout!r}"
             )
+        if self.spares and not self.replace_timeout:
+            raise ConfigError(
+                f"job.spares = {self.spares} needs job.replace_timeout > 0: a round that "
+                "cannot decode without a lost worker waits that long for a spare to take its "
+                "place, and with 0 it fails at once (e.g. --replace-timeout 30)"
+            )
         if self.target_loss is not None and not isinstance(self.target_loss, int | float):
             raise ConfigError(f"job.target_loss must be a number, got {self.target_loss!r}")
 

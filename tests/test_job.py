@@ -48,6 +48,7 @@ def test_toml_file(tmp_path: Path) -> None:
         ({"job": {"replace_timeout": -1}}, "job.replace_timeout must be a number of seconds >= 0"),
         ({"job": {"replace_timeout": "1m"}}, "replace_timeout"),
         ({"job": {"spares": -1}}, "job.spares must be an integer >= 0"),
+        ({"job": {"spares": 1}}, "job.spares = 1 needs job.replace_timeout > 0"),
         ({"job": {"spares": 1.5}}, "job.spares"),
         ({"policy": "uncoded"}, "must be a table"),
         ({"policy": {"name": 3}}, "name must be a string"),
@@ -71,7 +72,7 @@ def test_replace_timeout_travels_with_the_job() -> None:
 
 
 def test_spares_travel_with_the_job_and_stay_out_of_it_when_unused() -> None:
-    job = JobConfig.from_dict({"job": {"spares": 2}})
+    job = JobConfig.from_dict({"job": {"spares": 2, "replace_timeout": 30}})
     assert job.spares == 2
     assert JobConfig.from_json(job.to_json()).spares == 2
     # Without spares the job document is what workers of earlier versions read.

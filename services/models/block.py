@@ -64,6 +64,7 @@ class BlockGradient:
 
     def grad_sum(self, theta: np.ndarray) -> np.ndarray:
         """Σ_i ∇ℓ(x_i, y_i; θ), float64, length ``dim`` (no L2 term)."""
+        theta = np.asarray(theta, dtype=np.float64)  # no copy for the float64 θ workers get
         if theta.shape != (self._dim,):
             raise DataError(
                 f"θ has shape {theta.shape} but the data has {self._dim} features: "

@@ -469,24 +469,30 @@ class WorkerAgent:
         self._cancel_task(job)
         cancel = job.cancel_event = CancelFlag()
         job.task_round = int(start.round)
-        if self._last_compute < INLINE_COMPUTE_SECONDS:
-            # Short: computed here, and unless the straggler model delays it, sent now
-            # (no task, no extra turn of the event loop: most of a round's cost at
-            # small ℓ is such per-round overhead).
-            computed = self._compute(job, int(start.round), theta, cancel)
-            if computed is None:
-                return
-            result, delay = computed
-            if delay <= 0:
-                self._send_result(job, int(start.round), result, delay, job.theta_params, cancel)
-                return
+        round_, params = int(start.round), job.theta_params
+        if self._last_compute >= INLINE_COMPUTE_SECONDS:
+            job.task = asyncio.create_task(self._do_round(job, round_, theta, params, cancel))
+            return
+        # Short: computed here, and unless the straggler model delays it, sent now (no
+        # task, no extra turn of the event loop: at small ℓ most of a round's cost is
+        # such per-round overhead).
+        computer = job.computer
+        try:
+            result = computer.compute(theta, cancel)
+        except Cancelled:
+            return
+        except Exception as exc:
+            self._round_failed(job, round_, "gradient computation", exc)
+            return
+        delay = self._computed(job, round_, result)
+        if delay is None:
+            return
+        if delay > 0:
             job.task = asyncio.create_task(
-                self._finish_round(job, int(start.round), result, delay, job.theta_params, cancel)
+                self._finish_round(job, round_, result, delay, params, cancel)
             )
         else:
-            job.task = asyncio.create_task(
-                self._do_round(job, int(start.round), theta, job.theta_params, cancel)
-            )
+            self._send_result(job, round_, result, delay, params, cancel)
 
     async def _do_round(
         self,
@@ -496,41 +502,49 @@ class WorkerAgent:
         params: dict[str, float],
         cancel: CancelFlag,
     ) -> None:
-        """Compute in a thread (the event loop stays free for a Cancel), then finish."""
-        computed = await asyncio.to_thread(self._compute, job, round_, theta, cancel)
-        if computed is None or cancel.is_set():
+        """Compute in a thread (the event loop stays free for a Cancel), then finish here."""
+        computer = job.computer
+        assert computer is not None
+        try:
+            result = await asyncio.to_thread(computer.compute, theta, cancel)
+        except Cancelled:
             return
-        result, delay = computed
+        except Exception as exc:
+            self._round_failed(job, round_, "gradient computation", exc)
+            return
+        if cancel.is_set():
+            return
+        delay = self._computed(job, round_, result)
+        if delay is None:
+            return
         if delay > 0:
             await self._finish_round(job, round_, result, delay, params, cancel)
         else:
             self._send_result(job, round_, result, delay, params, cancel)
 
-    def _compute(
-        self, job: _Job, round_: int, theta: np.ndarray, cancel: CancelFlag
-    ) -> tuple[ComputeResult, float] | None:
-        """The round's result and its straggler delay, or None (cancelled, or failed)."""
-        computer = job.computer
-        assert computer is not None
-        try:
-            result = computer.compute(theta, cancel)
-        except Cancelled:
-            return None
-        except Exception as exc:
-            log.exception("round %d failed", round_)
-            self._error(
-                job.job_id, round_, f"gradient computation failed: {type(exc).__name__}: {exc}"
-            )
-            return None
+    def _computed(self, job: _Job, round_: int, result: ComputeResult) -> float | None:
+        """Count a finished computation; its straggler delay, or None if the model failed."""
         self._last_compute = result.seconds
         self.rounds_computed += 1
         self.compute_seconds_total += result.seconds
         straggler = job.straggler
         if straggler is None:
-            return result, 0.0
+            return 0.0
         a = job.assignment
         load = len(a.partitions) / max(1, a.n_partitions)
-        return result, float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
+        try:
+            return float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
+        except Exception as exc:  # e.g. a delay trace shorter than the job
+            self._round_failed(job, round_, "straggler model", exc)
+            return None
+
+    def _round_failed(self, job: _Job, round_: int, what: str, exc: Exception) -> None:
+        """Report a round's failure to the coordinator (which decides); the worker lives on."""
+        if isinstance(exc, CodedGDError):
+            log.error("round %d: %s failed: %s", round_, what, exc)
+        else:
+            log.exception("round %d: %s failed", round_, what)
+        self._error(job.job_id, round_, f"{what} failed: {type(exc).__name__}: {exc}")
 
     async def _finish_round(
         self,
@@ -559,7 +573,12 @@ class WorkerAgent:
         cancel: CancelFlag,
     ) -> None:
         """Queue the result, or (lazy aggregation's trigger) a 'skipped' note instead."""
-        if not job.lazy.should_upload(result.payload, params):
+        try:
+            upload = job.lazy.should_upload(result.payload, params)
+        except Exception as exc:  # a payload the trigger cannot compare: say so, live on
+            self._round_failed(job, round_, "lazy aggregation's trigger", exc)
+            return
+        if not upload:
             self.uploads_skipped += 1
             message = pb.WorkerMessage()
             skipped = message.result

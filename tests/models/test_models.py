@@ -231,3 +231,10 @@ def test_a_block_checks_its_data_when_bound_and_theta_every_round() -> None:
     block = LogisticRegression().block(X, np.array([1.0, 0.0, 1.0]))
     with pytest.raises(DataError, match="features"):
         block.grad_sum(np.zeros(3))
+    # Any θ is taken as float64, as grad_sum takes it, even with float32 data.
+    X32 = sp.csr_matrix(np.array([[0.1, 0.7], [0.3, 0.2], [0.9, 0.4]], dtype=np.float32))
+    y = np.array([1.0, 0.0, 1.0])
+    theta32 = np.array([0.5, -0.25], dtype=np.float32)
+    got = LogisticRegression().block(X32, y).grad_sum(theta32)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, LogisticRegression().grad_sum(theta32, X32, y))
