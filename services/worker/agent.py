@@ -484,15 +484,11 @@ class WorkerAgent:
         except Exception as exc:
             self._round_failed(job, round_, "gradient computation", exc)
             return
-        delay = self._computed(job, round_, result)
-        if delay is None:
-            return
-        if delay > 0:
+        delay = self._send_or_delay(job, round_, result, params, cancel)
+        if delay is not None:
             job.task = asyncio.create_task(
                 self._finish_round(job, round_, result, delay, params, cancel)
             )
-        else:
-            self._send_result(job, round_, result, delay, params, cancel)
 
     async def _do_round(
         self,
@@ -514,13 +510,24 @@ class WorkerAgent:
             return
         if cancel.is_set():
             return
-        delay = self._computed(job, round_, result)
-        if delay is None:
-            return
-        if delay > 0:
+        delay = self._send_or_delay(job, round_, result, params, cancel)
+        if delay is not None:
             await self._finish_round(job, round_, result, delay, params, cancel)
-        else:
-            self._send_result(job, round_, result, delay, params, cancel)
+
+    def _send_or_delay(
+        self,
+        job: _Job,
+        round_: int,
+        result: ComputeResult,
+        params: dict[str, float],
+        cancel: CancelFlag,
+    ) -> float | None:
+        """Count the computation; send its result now, or return the delay to wait first."""
+        delay = self._computed(job, round_, result)
+        if delay is None or delay > 0:
+            return delay
+        self._send_result(job, round_, result, delay, params, cancel)
+        return None
 
     def _computed(self, job: _Job, round_: int, result: ComputeResult) -> float | None:
         """Count a finished computation; its straggler delay, or None if the model failed."""
