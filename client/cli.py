@@ -636,7 +636,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", help="directory of the real datasets, when jobs load data on workers"
     )
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    p.add_argument("--no-reconnect", action="store_true", help="exit when the stream ends")
+    p.add_argument(
+        "--no-reconnect",
+        action="store_true",
+        help="exit when the stream ends (a stream that fails before the coordinator "
+        "answers is tried up to 3 times)",
+    )
     add_security_arguments(p, server=False)
     p.set_defaults(func=cmd_worker)
 

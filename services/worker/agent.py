@@ -60,6 +60,8 @@ CONNECT_METHOD = "/codedgd.v1.Coordinator/Connect"
 # A computation that took less than this last round runs on the event loop: the
 # thread hand-off would cost more than it saves, and it is too short to delay a Cancel.
 INLINE_COMPUTE_SECONDS = 0.002
+# Without reconnect: how often a stream that failed before any answer is tried.
+FIRST_CONNECT_TRIES = 3
 
 
 # θ and partition bytes stay views of the received frame (services.framing).
@@ -162,6 +164,7 @@ class WorkerAgent:
         self.bytes_sent_total = 0
         self.uploads_skipped = 0
         self.connected = False
+        self._heard = False  # this session has received a message
         self.crashes = 0
         self._last_compute = float("inf")
         self._restart_after: float | None = None  # set by a crash (straggler model "crash")
@@ -176,11 +179,16 @@ class WorkerAgent:
 
         A crash of the job's straggler model ``crash`` drops the connection; the worker
         connects again after the model's restart seconds (even without reconnect), or
-        returns if the model says it never comes back.
+        returns if the model says it never comes back. Without reconnect, a stream that
+        fails before the coordinator said anything is tried again a few times: under
+        load gRPC can end a refused stream with INTERNAL before its UNAUTHENTICATED
+        status arrives, and the next try gets the real answer.
         """
         backoff = self.options.initial_backoff
+        first_tries = FIRST_CONNECT_TRIES
         while not self._stop.is_set():
             started = time.monotonic()
+            self._heard = False
             try:
                 await self._session()
             except Rejected:
@@ -192,6 +200,15 @@ class WorkerAgent:
                     if not self.options.reconnect:
                         if self._stop.is_set():
                             return
+                        first_tries -= 1
+                        if not self._heard and first_tries > 0:
+                            log.info(
+                                "stream to %s failed before any answer (%s); trying again",
+                                self.options.coordinator,
+                                exc.code().name,
+                            )
+                            await asyncio.sleep(backoff * (0.5 + random.random()))
+                            continue
                         raise CoordinatorLost(
                             f"lost the coordinator at {self.options.coordinator} "
                             f"({exc.code().name}: {exc.details()})"
@@ -252,7 +269,7 @@ class WorkerAgent:
                 if isinstance(frame, WireError):
                     log.error("dropping the connection: the coordinator sent %s", frame)
                     break
-                self.connected = True
+                self.connected = self._heard = True
                 if not await self._handle(frame.message, frame.data):
                     break
         finally:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from client.api import Client, CoordinatorUnavailable
@@ -109,5 +111,38 @@ async def test_tls_with_token(tmp_path: Path, worker_processes: WorkerProcesses)
         async with Client(target, Security(token="t", tls_ca=ca)) as client:
             job_id = await client.submit(JobConfig(workers=1, rounds=2, data=SYNTH))
             assert len([r async for r in client.watch(job_id)]) == 2
+    finally:
+        await server.stop(0)
+
+
+async def test_a_refusal_garbled_by_grpc_is_asked_again() -> None:
+    """Under load gRPC can end a refused stream with INTERNAL before UNAUTHENTICATED
+    arrives; a worker without reconnect tries a stream that got no answer again."""
+    calls = 0
+
+    async def connect(requests: object, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await context.abort(grpc.StatusCode.INTERNAL, "Internal error from Core")
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+        yield b""  # pragma: no cover - abort raises
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "codedgd.v1.Coordinator",
+                {"Connect": grpc.stream_stream_rpc_method_handler(connect)},
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        agent = WorkerAgent(WorkerOptions(coordinator=f"127.0.0.1:{port}", reconnect=False))
+        with pytest.raises(Rejected, match="token"):
+            await agent.run()
+        assert calls == 2
     finally:
         await server.stop(0)
