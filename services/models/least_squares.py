@@ -138,7 +138,7 @@ class LeastSquares:
         return 0.5 * float(r @ r)
 
     def grad_sum(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> np.ndarray:
-        return self.block(X, y).grad_sum(as_float_vector(theta))
+        return self.block(X, y).grad_sum(theta)
 
     def block(self, X: Matrix, y: np.ndarray) -> BlockGradient:
         """The gradient over these rows for any θ (residual r = Xθ − y)."""

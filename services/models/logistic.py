@@ -109,7 +109,7 @@ class LogisticRegression:
         return float(np.logaddexp(0.0, z, out=z).sum())
 
     def grad_sum(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> np.ndarray:
-        return self.block(X, y).grad_sum(as_float_vector(theta))
+        return self.block(X, y).grad_sum(theta)
 
     def block(self, X: Matrix, y: np.ndarray) -> BlockGradient:
         """The gradient over these rows for any θ, the labels checked once, here."""
