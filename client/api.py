@@ -43,6 +43,13 @@ class JobState:
     metric: float
     metric_name: str
 
+    @property
+    def rounds_done(self) -> int:
+        """Rounds finished. ``round`` is the round running, or once done the last one."""
+        if self.state == "done":
+            return min(self.round + 1, self.rounds)
+        return self.round if self.state in ("running", "failed", "cancelled") else 0
+
 
 @dataclass(frozen=True)
 class CoordinatorStatus:

@@ -28,7 +28,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,18 +55,22 @@ def env_name(option: str) -> str:
 
 def apply_env_defaults(
     parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None
-) -> None:
+) -> dict[str, ConfigError]:
     """Give every long option of every subcommand its default from CODEDGD_<NAME>.
 
     Containers and cloud-init configure the services this way. A value that does not
-    parse is an error naming the variable, raised before anything starts.
+    parse is not applied; its error, naming the variable, comes back under its
+    subcommand's name ("" for the top level) so that only the command that has the
+    option refuses to start (:func:`check_env`): a bad CODEDGD_WORKERS must not break
+    `codedgd policies` or `--help`.
     """
     env = os.environ if environ is None else environ
-    parsers = [parser]
+    parsers: list[tuple[str, argparse.ArgumentParser]] = [("", parser)]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            parsers.extend(action.choices.values())
-    for p in parsers:
+            parsers.extend(action.choices.items())
+    errors: dict[str, ConfigError] = {}
+    for command, p in parsers:
         for action in p._actions:
             longs = [o for o in action.option_strings if o.startswith("--")]
             if not longs or action.dest in ("help", "verbose"):
@@ -75,11 +79,15 @@ def apply_env_defaults(
             if name not in env:
                 continue
             raw = env[name]
-            if isinstance(action, argparse._StoreTrueAction) or (
+            if isinstance(action, argparse._StoreTrueAction | argparse.BooleanOptionalAction) or (
                 action.nargs == 0 and action.const is True
             ):
                 if raw.strip().lower() not in _TRUE | _FALSE:
-                    raise ConfigError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no")
+                    errors.setdefault(
+                        command,
+                        ConfigError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no"),
+                    )
+                    continue
                 action.default = raw.strip().lower() in _TRUE
                 continue
             if isinstance(action, argparse._AppendAction) or action.nargs not in (None, "?"):
@@ -87,7 +95,17 @@ def apply_env_defaults(
             try:
                 action.default = action.type(raw) if callable(action.type) else raw
             except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
-                raise ConfigError(f"{name}={raw!r} is not valid for {longs[0]}: {exc}") from None
+                errors.setdefault(
+                    command, ConfigError(f"{name}={raw!r} is not valid for {longs[0]}: {exc}")
+                )
+    return errors
+
+
+def check_env(errors: Mapping[str, ConfigError], command: str) -> None:
+    """Raise the environment error of ``command`` (or of the top level), if any."""
+    for key in ("", command):
+        if key in errors:
+            raise errors[key]
 
 
 # ---------------------------------------------------------------- job options
@@ -185,7 +203,12 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--schedule", help="step-size schedule: constant, inverse-sqrt, inverse-time, step"
     )
-    g.add_argument("--nesterov", action="store_true", default=None, help="Nesterov acceleration")
+    g.add_argument(
+        "--nesterov",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Nesterov acceleration on or off (default: the job file's, else off)",
+    )
     g.add_argument(
         "--stragglers",
         help="straggler model: none (default), exponential, shifted-exponential, pareto, "
@@ -202,6 +225,11 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def job_from_args(args: argparse.Namespace) -> JobConfig:
+    if args.partitions is not None and args.partitions < 1:
+        raise ConfigError(
+            f"--partitions {args.partitions}: k must be at least 1 (leave the flag out for "
+            "the policy's default, k = n)"
+        )
     base = JobConfig.from_toml(args.config) if args.config else JobConfig()
     changes: dict[str, Any] = {}
     for flag, key in (
@@ -228,8 +256,8 @@ def job_from_args(args: argparse.Namespace) -> JobConfig:
         optimizer["lr"] = args.lr if args.lr == "auto" else _scalar(args.lr)
     if args.schedule is not None:
         optimizer["schedule"] = args.schedule
-    if args.nesterov:
-        optimizer["nesterov"] = True
+    if args.nesterov is not None:
+        optimizer["nesterov"] = args.nesterov
     changes["optimizer"] = optimizer
     return base.replace(**changes)
 
@@ -275,11 +303,12 @@ def _security(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from client.local import run_local
+    from client.local import LocalRun, run_local
     from client.progress import Progress
 
     config = job_from_args(args)
     out = Path(args.output) if args.output else _default_output(config)
+    check_output(out)  # before training, not after it
     progress = Progress(config.rounds, enabled=not args.no_progress)
     records: list[RoundRecord] = []  # kept as they come: a failed job's rounds are saved too
     outcome_log = logging.getLogger("codedgd.coordinator.outcome")
@@ -292,19 +321,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.update(record)
 
     job_ids: list[str] = []
+    terminated = False
+
+    async def main() -> LocalRun:
+        # SIGTERM (a container stopped, `kill`) ends the job as Ctrl-C does: the workers
+        # stop, and the rounds done are saved.
+        task = asyncio.current_task()
+        assert task is not None
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
+        return await run_local(
+            config,
+            data_dir=args.data_dir,
+            on_record=on_record,
+            on_status=progress.status,
+            on_submitted=job_ids.append,
+            metrics_port=args.metrics_port,
+            worker_log=args.worker_log,
+        )
+
     started = time.time()
     try:
-        result = asyncio.run(
-            run_local(
-                config,
-                data_dir=args.data_dir,
-                on_record=on_record,
-                on_status=progress.status,
-                on_submitted=job_ids.append,
-                metrics_port=args.metrics_port,
-                worker_log=args.worker_log,
-            )
-        )
+        try:
+            result = asyncio.run(main())
+        except asyncio.CancelledError:
+            if not terminated:
+                raise
+            raise Terminated from None
     except (JobFailed, KeyboardInterrupt) as exc:
         progress.close()
         if not records:
@@ -315,13 +364,79 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.close()
         outcome_log.setLevel(outcome_level)
     summary = summarize(result.records, time.time() - started, config)
-    json_path = write_results(
+    json_path, csv_path = write_result_pair(
         out, {**config.to_dict(), "job_id": result.job_id}, result.records, summary
     )
-    csv_path = write_results(json_path.with_suffix(".csv"), {}, result.records, {})
     print(_summary_line(summary))
     print(f"results: {json_path} and {csv_path}")
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """The command got SIGTERM: it stops as on Ctrl-C, with its own exit code."""
+
+    exit_code = 128 + signal.SIGTERM
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within: SIGTERM raises :class:`Terminated` (synchronous commands; main thread only)."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def result_paths(out: Path) -> tuple[Path, Path]:
+    """The JSON and CSV result files that ``--output`` names (either suffix names both)."""
+    json_path = out.with_suffix(".json") if out.suffix.lower() == ".csv" else out
+    return json_path, json_path.with_suffix(".csv")
+
+
+def write_result_pair(
+    out: Path,
+    job_doc: Mapping[str, Any],
+    records: Sequence[RoundRecord],
+    summary: Mapping[str, Any],
+) -> tuple[Path, Path]:
+    """Write the JSON (job, summary, rounds) and the CSV (rounds) of ``--output``."""
+    json_path, csv_path = result_paths(out)
+    write_results(json_path, job_doc, records, summary)
+    write_results(csv_path, {}, records, {})
+    return json_path, csv_path
+
+
+def check_output(out: Path) -> None:
+    """Refuse, before anything runs, result files that could not be written at the end.
+
+    Each file is opened for appending (created and removed again if it was not there):
+    the one test that answers for permissions, read-only file systems, a directory in
+    the way or a file where a directory should be.
+    """
+    for path in result_paths(out):
+        try:
+            if path.is_dir():
+                raise IsADirectoryError(21, "it is a directory")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            existed = path.exists()
+            with path.open("a"):
+                pass
+            if not existed:
+                path.unlink()
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise ConfigError(
+                f"cannot write the results to {path}: {reason}; choose another --output"
+            ) from None
 
 
 def save_unfinished(
@@ -334,27 +449,34 @@ def save_unfinished(
     started: float,
 ) -> int:
     """Write the rounds of a job that failed or was interrupted, say where; the exit code."""
-    interrupted = isinstance(exc, KeyboardInterrupt)
-    error = "interrupted" if interrupted else str(exc)
+    if isinstance(exc, Terminated):
+        error, code = "terminated (SIGTERM)", Terminated.exit_code
+    elif isinstance(exc, KeyboardInterrupt):
+        error, code = "interrupted", 130
+    else:
+        error, code = str(exc), 2
     summary = {**summarize(records, time.time() - started, config), "error": error}
-    json_path = write_results(out, job_doc, records, summary)
-    csv_path = write_results(json_path.with_suffix(".csv"), {}, records, {})
+    json_path, csv_path = write_result_pair(out, job_doc, records, summary)
     print(f"codedgd {command}: error: {error}", file=sys.stderr)
     print(f"the {len(records)} rounds done: {json_path} and {csv_path}", file=sys.stderr)
-    return 130 if interrupted else 2
+    return code
 
 
-def summarize(records: Sequence[RoundRecord], elapsed: float, config: JobConfig) -> dict[str, Any]:
+def summarize(
+    records: Sequence[RoundRecord], elapsed: float, config: JobConfig | None
+) -> dict[str, Any]:
+    """The summary of a result file (``config`` None: a watched job's, policy unknown)."""
     losses = [r for r in records if not math.isnan(r.loss)]
     last = losses[-1] if losses else None
     times = sorted(r.round_seconds for r in records)
+    target_loss = config.target_loss if config is not None else None
     target_round = None
-    if config.target_loss is not None:
-        hit = [r for r in losses if r.loss <= config.target_loss]
+    if target_loss is not None:
+        hit = [r for r in losses if r.loss <= target_loss]
         target_round = hit[0] if hit else None
     return {
         "rounds": len(records),
-        "policy": config.policy.name,
+        "policy": config.policy.name if config is not None else None,
         "final_loss": last.loss if last else None,
         "final_metric": last.metric if last else None,
         "metric_name": last.metric_name if last else None,
@@ -364,7 +486,7 @@ def summarize(records: Sequence[RoundRecord], elapsed: float, config: JobConfig)
         "p50_round_seconds": times[len(times) // 2] if times else None,
         "bytes_up": sum(r.bytes_up for r in records),
         "bytes_down": sum(r.bytes_down for r in records),
-        "target_loss": config.target_loss,
+        "target_loss": target_loss,
         "time_to_target_seconds": target_round.wall_seconds if target_round else None,
         "rounds_to_target": target_round.round + 1 if target_round else None,
     }
@@ -377,7 +499,7 @@ def _summary_line(s: dict[str, Any]) -> str:
     if s["final_loss"] is not None:
         parts.append(f"loss {s['final_loss']:.6g}")
     if s["final_metric"] is not None and not math.isnan(s["final_metric"]):
-        parts.append(f"{s['metric_name']} {s['final_metric']:.4f}")
+        parts.append(f"{s['metric_name']} {s['final_metric']:.4g}")
     if s["mean_round_seconds"] is not None:
         parts.append(f"mean round {s['mean_round_seconds'] * 1e3:.1f} ms")
     if s["target_loss"] is not None:
@@ -423,7 +545,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             flush=True,
         )
         if job is not None:
-            run = server.service.submit(job)
+            try:
+                run = server.service.submit(job)
+            except CodedGDError:
+                await server.stop()  # a bad job: nothing stays half-started
+                raise
             print(f"submitted job {run.id}", flush=True)
         await serve_forever(server)
 
@@ -467,45 +593,76 @@ def _client(args: argparse.Namespace) -> Any:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     config = job_from_args(args)
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        check_output(output)
 
     async def main() -> int:
         async with _client(args) as client:
             job_id = await client.submit(config)
             print(job_id, flush=True)
-            if args.watch or args.output:
-                return await _watch(client, job_id, config.rounds, args.output, config)
+            if args.watch or output:
+                return await _watch(
+                    client, job_id, config.rounds, output, config, progress=not args.no_progress
+                )
         return 0
 
     return asyncio.run(main())
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        check_output(output)
+
     async def main() -> int:
         async with _client(args) as client:
             status = await client.status(args.job_id)
             rounds = status.jobs[0].rounds if status.jobs else 0
-            return await _watch(client, args.job_id, rounds, args.output, None)
+            return await _watch(
+                client, args.job_id, rounds, output, None, progress=not args.no_progress
+            )
 
     return asyncio.run(main())
 
 
 async def _watch(
-    client: Any, job_id: str, rounds: int, output: str | None, config: JobConfig | None
+    client: Any,
+    job_id: str,
+    rounds: int,
+    output: Path | None,
+    config: JobConfig | None,
+    *,
+    progress: bool,
 ) -> int:
+    """Follow a job's rounds; with ``output``, write them (and how the job ended) there."""
     from client.progress import Progress
 
-    progress = Progress(rounds, enabled=True)
+    bar = Progress(rounds, enabled=progress)
     records: list[RoundRecord] = []
+    started = time.time()
+    error: str | None = None
     try:
         async for record in client.watch(job_id):
             records.append(record)
-            progress.update(record)
+            bar.update(record)
+    except JobFailed as exc:
+        error = str(exc)
+        raise
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        error = "interrupted (only the watch stopped: the job runs on)"
+        raise
     finally:
-        progress.close()
-        if output:
+        bar.close()
+        if output is not None:
+            summary = summarize(records, time.time() - started, config)
+            if error is not None:
+                summary["error"] = error
             job_doc = config.to_dict() if config else {}
-            write_results(output, {**job_doc, "job_id": job_id}, records, {})
-            print(f"results: {output}")
+            json_path, csv_path = write_result_pair(
+                output, {**job_doc, "job_id": job_id}, records, summary
+            )
+            print(f"results: {json_path} and {csv_path}")
     return 0
 
 
@@ -517,7 +674,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for name in st.workers:
             print(f"  {name}")
         for j in st.jobs:
-            line = f"job {j.job_id}: {j.state}, round {j.round}/{j.rounds}"
+            line = f"job {j.job_id}: {j.state}, {j.rounds_done}/{j.rounds} rounds done"
+            if j.state == "assigning":
+                line += f" (waiting for idle workers; {st.workers_connected} connected)"
             if not math.isnan(j.loss):
                 line += f", loss {j.loss:.6g}"
             if j.error:
@@ -650,24 +809,54 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--coordinator", default=DEFAULT_ADDRESS, help="host:port")
         add_job_arguments(p)
         p.add_argument("--watch", "-w", action="store_true", help="follow the job's rounds")
-        p.add_argument("--output", "-o", help="write the rounds to this file (.json or .csv)")
+        p.add_argument(
+            "--output",
+            "-o",
+            help="follow the job and write its rounds to this result file (.json; a .csv "
+            "is written beside it)",
+        )
+        p.add_argument("--no-progress", action="store_true", help="no progress bar while following")
         add_security_arguments(p, server=False)
         p.set_defaults(func=func)
 
-    p = sub.add_parser("watch", help="follow a job's rounds", epilog=EPILOG)
+    p = sub.add_parser(
+        "watch",
+        help="follow a job's rounds",
+        description="Follow a job's rounds on a running coordinator, from its first "
+        "round (those done are sent at once) until the job ends. Ctrl-C stops watching, "
+        "not the job.",
+        epilog=EPILOG,
+    )
     p.add_argument("job_id")
     p.add_argument("--coordinator", default=DEFAULT_ADDRESS, help="host:port")
-    p.add_argument("--output", "-o", help="write the rounds to this file (.json or .csv)")
+    p.add_argument(
+        "--output",
+        "-o",
+        help="write the rounds to this result file (.json; a .csv is written beside it)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_security_arguments(p, server=False)
     p.set_defaults(func=cmd_watch)
 
-    p = sub.add_parser("status", help="jobs and workers of a coordinator", epilog=EPILOG)
+    p = sub.add_parser(
+        "status",
+        help="jobs and workers of a coordinator",
+        description="The workers connected to a coordinator and its jobs (or one job): "
+        "state, rounds done, last loss, error.",
+        epilog=EPILOG,
+    )
     p.add_argument("job_id", nargs="?")
     p.add_argument("--coordinator", default=DEFAULT_ADDRESS, help="host:port")
     add_security_arguments(p, server=False)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("cancel", help="cancel a job", epilog=EPILOG)
+    p = sub.add_parser(
+        "cancel",
+        help="cancel a job",
+        description="Cancel a queued or running job. Its watchers get the rounds done "
+        "and the error 'cancelled by a client'.",
+        epilog=EPILOG,
+    )
     p.add_argument("job_id")
     p.add_argument("--coordinator", default=DEFAULT_ADDRESS, help="host:port")
     add_security_arguments(p, server=False)
@@ -691,17 +880,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_parser(sub)
     add_report_parser(sub)
     add_health_parser(sub)
+    for command in sub.choices.values():  # -v after the command too: `codedgd run -v`
+        command.add_argument(
+            "-v",
+            "--verbose",
+            action="count",
+            default=argparse.SUPPRESS,
+            help="more logging (-vv: debug)",
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    try:
-        apply_env_defaults(parser)
-    except ConfigError as exc:
-        print(f"codedgd: error: {exc}", file=sys.stderr)
-        return 2
+    env_errors = apply_env_defaults(parser)
     args = parser.parse_args(argv)
+    try:
+        check_env(env_errors, args.command)
+    except ConfigError as exc:
+        print(f"codedgd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2)
         if args.command not in ("coordinator", "worker")
@@ -717,6 +915,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CodedGDError as exc:
         print(f"codedgd {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"codedgd {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return Terminated.exit_code
     except KeyboardInterrupt:
         print(f"codedgd {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -729,4 +930,11 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["ConfigError", "build_parser", "job_from_args", "main"]
+__all__ = [
+    "ConfigError",
+    "apply_env_defaults",
+    "build_parser",
+    "check_env",
+    "job_from_args",
+    "main",
+]

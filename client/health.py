@@ -24,6 +24,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from services.errors import ConfigError
+
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 DEFAULT_WORKER_METRICS_PORT = 9101
 HEALTHY, UNHEALTHY = 0, 1
@@ -164,10 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m client.health``: the same probe without the rest of the CLI."""
     parser = argparse.ArgumentParser(prog="codedgd")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    from client.cli import apply_env_defaults
+    from client.cli import apply_env_defaults, check_env
 
-    apply_env_defaults(parser)
+    env_errors = apply_env_defaults(parser)
     args = parser.parse_args(["health", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        check_env(env_errors, "health")
+    except ConfigError as exc:
+        print(f"codedgd health: error: {exc}", file=sys.stderr)
+        return UNHEALTHY
     return int(args.func(args))
 
 

@@ -19,7 +19,7 @@ class Progress:
             unit="round",
             file=sys.stderr,
             dynamic_ncols=True,
-            disable=not enabled,
+            disable=None if enabled else True,  # None: off when stderr is not a terminal
             desc="training",
         )
         self._loss = math.nan
@@ -35,7 +35,7 @@ class Progress:
             self._metric = record.metric
         self._bar.set_description_str("training")
         self._bar.set_postfix_str(
-            f"loss={self._loss:.5g} {record.metric_name}={self._metric:.4f} "
+            f"loss={self._loss:.5g} {record.metric_name}={self._metric:.4g} "
             f"round={record.round_seconds * 1e3:.0f}ms used={len(record.workers_used)}",
             refresh=False,
         )

@@ -163,15 +163,22 @@ def _default_output(config: JobConfig) -> Path:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from client.cli import _summary_line, save_unfinished, summarize
+    from client.cli import (
+        _summary_line,
+        check_output,
+        save_unfinished,
+        sigterm_raises,
+        summarize,
+        write_result_pair,
+    )
     from client.progress import Progress
-    from services.reports import write_results
     from services.sim import Simulator
     from services.sim.trace import trace_from_results, write_trace
 
     config = job_from_args(args)
     cost = cost_from_args(args)
     out = Path(args.output) if args.output else _default_output(config)
+    check_output(out)  # before simulating, not after it
     if args.trace_from_results:
         table = trace_from_results(args.trace_from_results, kind=args.trace_kind)
         trace_path = (
@@ -192,7 +199,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         progress.update(record)
 
     try:
-        result = sim.run(on_record=on_record)
+        with sigterm_raises():
+            result = sim.run(on_record=on_record)
     except (JobFailed, KeyboardInterrupt) as exc:
         progress.close()
         if not records:
@@ -211,8 +219,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "calibration": vars(result.calibration) if result.calibration else None,
     }
     job_doc = {**config.to_dict(), "job_id": result.job_id, "simulation": simulation}
-    json_path = write_results(out, job_doc, result.records, summary)
-    csv_path = write_results(json_path.with_suffix(".csv"), {}, result.records, {})
+    json_path, csv_path = write_result_pair(out, job_doc, result.records, summary)
     print(_summary_line(summary) + " (simulated time)")
     print(
         f"simulated in {result.elapsed_seconds:.1f} s; {result.gradients_computed} worker "

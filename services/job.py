@@ -91,10 +91,14 @@ class JobConfig:
         _check_int("job.partitions", self.partitions, minimum=0)
         _check_int("job.eval_every", self.eval_every, minimum=1)
         _check_int("job.spares", self.spares, minimum=0)
-        if not isinstance(self.round_timeout, int | float) or self.round_timeout <= 0:
+        if (
+            isinstance(self.round_timeout, bool)
+            or not isinstance(self.round_timeout, int | float)
+            or not 0 < self.round_timeout < math.inf
+        ):
             raise ConfigError(
-                "job.round_timeout must be a positive number of seconds, "
-                f"got {self.round_timeout!r}"
+                "job.round_timeout must be a positive, finite number of seconds (for no "
+                f"practical limit, a large one such as 86400), got {self.round_timeout!r}"
             )
         if (
             isinstance(self.replace_timeout, bool)
@@ -111,8 +115,12 @@ class JobConfig:
                 "cannot decode without a lost worker waits that long for a spare to take its "
                 "place, and with 0 it fails at once (e.g. --replace-timeout 30)"
             )
-        if self.target_loss is not None and not isinstance(self.target_loss, int | float):
-            raise ConfigError(f"job.target_loss must be a number, got {self.target_loss!r}")
+        if self.target_loss is not None and (
+            isinstance(self.target_loss, bool)
+            or not isinstance(self.target_loss, int | float)
+            or not math.isfinite(self.target_loss)
+        ):
+            raise ConfigError(f"job.target_loss must be a finite number, got {self.target_loss!r}")
 
     # ---------------------------------------------------------------- I/O
 

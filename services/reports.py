@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from services.errors import ConfigError
 from services.proto import codedgd_pb2 as pb
 
 
@@ -140,8 +141,21 @@ def write_results(
             "summary": dict(summary),
             "rounds": [r.to_dict() for r in records],
         }
-        p.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        # JSON has no NaN or infinity (an AUC over a one-class test set is NaN, a diverging
+        # run's residual may be inf): they are written as null, as a missing loss is.
+        p.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
     return p
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and ±inf float, however deeply nested, replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _write_csv(path: Path, records: Iterable[RoundRecord]) -> None:
@@ -170,8 +184,22 @@ def read_result_file(
 
     The summary of a run that failed or was interrupted holds its ``error``.
     """
-    doc = json.loads(Path(path).read_text())
-    if doc.get("format") != "codedgd.results.v1":
-        raise ValueError(f"{path} is not a codedgd result file (format codedgd.results.v1)")
-    summary = doc.get("summary") or {}
-    return doc["job"], dict(summary), [RoundRecord.from_dict(r) for r in doc["rounds"]]
+    what = (
+        f"{path} is not a codedgd result file (the .json that `codedgd run`, `simulate` "
+        "and `submit -o` write)"
+    )
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"result file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read result file {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what}: it is not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != "codedgd.results.v1":
+        raise ConfigError(f"{what}: it has no format codedgd.results.v1")
+    try:
+        summary = doc.get("summary") or {}
+        return doc["job"], dict(summary), [RoundRecord.from_dict(r) for r in doc["rounds"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: a damaged codedgd result file ({exc!r})") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.cli import apply_env_defaults, build_parser, env_name, job_from_args
+from client.cli import apply_env_defaults, build_parser, check_env, env_name, job_from_args
 from client.local import worker_environment
 from services.errors import ConfigError
 from services.security import TOKEN_ENV
@@ -12,8 +12,10 @@ from services.security import TOKEN_ENV
 
 def parse(env: dict[str, str], *argv: str):  # type: ignore[no-untyped-def]
     parser = build_parser()
-    apply_env_defaults(parser, env)
-    return parser.parse_args(list(argv))
+    errors = apply_env_defaults(parser, env)
+    args = parser.parse_args(list(argv))
+    check_env(errors, args.command)
+    return args
 
 
 def test_env_name() -> None:

@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import numpy as np
 from grpc import aio
 
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.runner import JobRun
 from services.coordinator.sessions import Sessions, WorkerSession
-from services.errors import CodedGDError, WireError
+from services.errors import CodedGDError, ConfigError, WireError
 from services.framing import Frame
 from services.job import JobConfig
 from services.proto import codedgd_pb2 as pb
@@ -69,6 +70,8 @@ class CoordinatorService:
         if self._loop_task is not None:
             self._loop_task.cancel()
         if self._current_task is not None and not self._current_task.done():
+            if self._current is not None:  # watchers learn why, not "cancelled by a client"
+                self._current.error = self._current.error or f"cancelled: {reason}"
             self._current_task.cancel()
             await asyncio.gather(self._current_task, return_exceptions=True)
         bye = pb.CoordinatorMessage(shutdown=pb.Shutdown(reason=reason))
@@ -308,13 +311,25 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
     policy = create(config.policy.name, config.policy.options, seed=config.seed)
     k = config.partitions or policy.default_partitions(config.workers)
     policy.plan(config.workers, k)
-    create_model(config.model.name, config.model.options)
     create_straggler_model(
         config.stragglers.name,
         config.stragglers.options,
         seed=config.seed,
         n_workers=config.workers,
     )
-    from services.data import check_dataset_options
+    from services.data import check_dataset_options, dataset_task
 
     check_dataset_options(config.data.name, config.data.options, data_dir)
+    model = create_model(config.model.name, config.model.options)
+    task = dataset_task(config.data.name, config.data.options)
+    if model.metric_name == "auc" and task == "regression":
+        raise ConfigError(
+            f"dataset {config.data.name!r} is a regression task (real-valued targets) and "
+            f"model {config.model.name!r} needs 0/1 labels: use --model least-squares "
+            '([model] name = "least-squares")'
+        )
+    # The step size, schedule and the rest, checked now rather than when the job starts
+    # (L = 1 stands in for the data's smoothness: lr = "auto" is always valid here).
+    from services.optim import create_optimizer
+
+    create_optimizer(config.optimizer, np.zeros(1), smoothness=1.0)

@@ -84,11 +84,45 @@ def check_dataset_options(
             f"dataset {name!r} has no option(s) {', '.join(sorted(unknown))}; "
             f"its options: {', '.join(sorted(accepted)) or 'none'}"
         )
+    if "test_fraction" in options:
+        fraction = options["test_fraction"]
+        if (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, int | float)
+            or not 0 < fraction < 1
+        ):
+            raise ConfigError(
+                f"dataset {name!r}: test_fraction must be a number in (0, 1), got {fraction!r}"
+            )
+    if name == "synthetic" and options.get("task", "classification") not in TASKS:
+        raise ConfigError(
+            f"dataset 'synthetic': task must be one of {', '.join(TASKS)}, got {options['task']!r}"
+        )
     if not is_generated(name):
         try:
             resolve_data_dir(data_dir)
         except DataError as exc:
-            raise ConfigError(str(exc)) from None
+            raise ConfigError(
+                f"{exc} (the data directory is the coordinator's: `codedgd run --data-dir`, "
+                f"`codedgd coordinator --data-dir`, or {DATA_DIR_ENV} where it runs)"
+            ) from None
+
+
+TASKS = ("classification", "regression")
+# The learning task of each dataset whose task is fixed; synthetic's is its `task` option.
+_TASK = {
+    "amazon": "classification",
+    "covtype": "classification",
+    "kc-house": "regression",
+    "lag-synthetic": "regression",
+}
+
+
+def dataset_task(name: str, options: Mapping[str, Any]) -> str:
+    """ "classification" (0/1 labels) or "regression" (real targets): what the data is for."""
+    if name == "synthetic":
+        return str(options.get("task", "classification"))
+    return _TASK[name]
 
 
 def load_dataset(
@@ -108,6 +142,7 @@ __all__ = [
     "DATASETS",
     "Dataset",
     "check_dataset_options",
+    "dataset_task",
     "is_generated",
     "load_dataset",
     "make_lag_synthetic",

@@ -161,7 +161,14 @@ def test_a_job_that_fails_mid_run_keeps_the_rounds_it_did(tmp_path: Path, comman
     assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == 3
 
 
-def test_ctrl_c_keeps_the_rounds_done_so_far(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code", "error"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_ctrl_c_and_sigterm_keep_the_rounds_done_so_far(
+    tmp_path: Path, sig: signal.Signals, code: int, error: str
+) -> None:
     out = tmp_path / "r.json"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -180,14 +187,14 @@ def test_ctrl_c_keeps_the_rounds_done_so_far(tmp_path: Path) -> None:
         while _round_gauge(port) < 3:  # a few rounds done, read from its metrics endpoint
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
             time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130, stderr
-    assert "codedgd run: error: interrupted" in stderr and "Traceback" not in stderr
+    assert proc.returncode == code, stderr
+    assert f"codedgd run: error: {error}" in stderr and "Traceback" not in stderr
     doc = json.loads(out.read_text())
-    assert len(doc["rounds"]) >= 3 and doc["summary"]["error"] == "interrupted"
+    assert len(doc["rounds"]) >= 3 and doc["summary"]["error"] == error
     assert len(doc["job"]["job_id"]) == 12  # the coordinator's id of the job
     assert [r["round"] for r in doc["rounds"]] == list(range(len(doc["rounds"])))
 
