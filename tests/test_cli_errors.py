@@ -243,3 +243,17 @@ async def test_a_stopped_coordinator_says_why_and_a_watch_file_keeps_it(
     doc = json.loads(out.read_text())
     assert doc["summary"]["error"] == "cancelled: coordinator shutting down"
     assert doc["job"]["job_id"] == job.id and doc["rounds"] == []
+
+
+def test_a_worker_that_never_reached_its_coordinator_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    code = main(["worker", "--coordinator", address, "--no-reconnect"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"could not reach the coordinator at {address}" in err
+    assert "lost the coordinator" not in err and "Traceback" not in err

@@ -165,6 +165,7 @@ class WorkerAgent:
         self.uploads_skipped = 0
         self.connected = False
         self._heard = False  # this session has received a message
+        self._ever_heard = False  # any session has
         self.crashes = 0
         self._last_compute = float("inf")
         self._restart_after: float | None = None  # set by a crash (straggler model "crash")
@@ -209,6 +210,12 @@ class WorkerAgent:
                             )
                             await asyncio.sleep(backoff * (0.5 + random.random()))
                             continue
+                        if not self._ever_heard:
+                            raise CoordinatorLost(
+                                f"could not reach the coordinator at {self.options.coordinator}"
+                                f" ({exc.code().name}: {exc.details()}): is it running there, "
+                                "and do --tls-ca and the token match how it serves?"
+                            ) from None
                         raise CoordinatorLost(
                             f"lost the coordinator at {self.options.coordinator} "
                             f"({exc.code().name}: {exc.details()})"
@@ -269,7 +276,7 @@ class WorkerAgent:
                 if isinstance(frame, WireError):
                     log.error("dropping the connection: the coordinator sent %s", frame)
                     break
-                self.connected = self._heard = True
+                self.connected = self._heard = self._ever_heard = True
                 if not await self._handle(frame.message, frame.data):
                     break
         finally:
