@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from services.proto import codedgd_pb2 as pb
 
 Outgoing = pb.CoordinatorMessage | bytes
+
+log = logging.getLogger("codedgd.coordinator")
 
 
 @dataclass(eq=False)
@@ -58,7 +61,17 @@ class Sessions:
         self._on_change = on_change
 
     def new(self, name: str, peer: str, has_data_dir: bool) -> WorkerSession:
-        s = WorkerSession(next(self._ids), name, peer, has_data_dir)
+        """Register a worker; a name already connected gets its session id appended."""
+        session_id = next(self._ids)
+        if any(s.name == name for s in self._sessions.values()):
+            log.warning(
+                "a worker named %r is already connected; calling the one from %s %r",
+                name,
+                peer,
+                f"{name}#{session_id}",
+            )
+            name = f"{name}#{session_id}"
+        s = WorkerSession(session_id, name, peer, has_data_dir)
         self._sessions[s.id] = s
         self._notify()
         return s
