@@ -171,6 +171,10 @@ def test_verbose_goes_after_the_command_too() -> None:
             {"data": Component("synthetic", {"task": "regression"})},
             "needs 0/1 labels: use --model least-squares",
         ),
+        (
+            {"data": Component("lag-synthetic"), "model": Component("least-squares", {})},
+            "comes split among 9 data owners: use k = 9 partitions",
+        ),
     ],
 )
 def test_settings_are_checked_when_the_job_is_submitted(

@@ -35,7 +35,7 @@ from prometheus_client import Histogram
 
 from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.sessions import Sessions, WorkerSession
-from services.data import is_generated
+from services.data import check_owner_partitions, is_generated
 from services.data.dataset import (
     FINGERPRINT_PREFIX,
     Dataset,
@@ -867,12 +867,7 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
     if k > dataset.n_train:
         raise ConfigError(f"{k} partitions but only {dataset.n_train} training rows")
     if dataset.blocks is not None:
-        if k != len(dataset.blocks):
-            raise ConfigError(
-                f"dataset {dataset.name!r} comes split among {len(dataset.blocks)} data "
-                f"owners: use k = {len(dataset.blocks)} partitions (got k = {k}; with "
-                f"policies that use k = n, run n = {len(dataset.blocks)} workers)"
-            )
+        check_owner_partitions(dataset.name, len(dataset.blocks), k)
         blocks = [np.asarray(b, dtype=np.int64) for b in dataset.blocks]
     else:
         blocks = partition_rows(dataset.n_train, k, config.seed)

@@ -317,9 +317,17 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
         seed=config.seed,
         n_workers=config.workers,
     )
-    from services.data import check_dataset_options, dataset_task
+    from services.data import (
+        check_dataset_options,
+        check_owner_partitions,
+        data_owners,
+        dataset_task,
+    )
 
     check_dataset_options(config.data.name, config.data.options, data_dir)
+    owners = data_owners(config.data.name, config.data.options)
+    if owners is not None:
+        check_owner_partitions(config.data.name, owners, k)
     model = create_model(config.model.name, config.model.options)
     task = dataset_task(config.data.name, config.data.options)
     if model.metric_name == "auc" and task == "regression":

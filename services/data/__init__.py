@@ -118,6 +118,26 @@ _TASK = {
 }
 
 
+def data_owners(name: str, options: Mapping[str, Any]) -> int | None:
+    """How many owners a dataset comes split among (each one partition), or None.
+
+    Known before generating it, so a job with another k is refused on submit.
+    """
+    if name == "lag-synthetic":
+        workers = options.get("workers", 9)
+        return workers if isinstance(workers, int) and not isinstance(workers, bool) else None
+    return None
+
+
+def check_owner_partitions(name: str, owners: int, k: int) -> None:
+    """A dataset split among ``owners`` needs k = owners partitions, one per owner."""
+    if k != owners:
+        raise ConfigError(
+            f"dataset {name!r} comes split among {owners} data owners: use k = {owners} "
+            f"partitions (got k = {k}; with policies that use k = n, run n = {owners} workers)"
+        )
+
+
 def dataset_task(name: str, options: Mapping[str, Any]) -> str:
     """ "classification" (0/1 labels) or "regression" (real targets): what the data is for."""
     if name == "synthetic":
@@ -142,6 +162,8 @@ __all__ = [
     "DATASETS",
     "Dataset",
     "check_dataset_options",
+    "check_owner_partitions",
+    "data_owners",
     "dataset_task",
     "is_generated",
     "load_dataset",
