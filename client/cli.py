@@ -519,11 +519,13 @@ def _default_output(config: JobConfig) -> Path:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
+    from services.address import UNIX_PREFIXES, parse_address
     from services.coordinator.server import CoordinatorServer, serve_forever
 
     security = _security(args)
-    host = args.listen.rsplit(":", 1)[0]
-    if security.token is None and host not in ("127.0.0.1", "localhost", "[::1]"):
+    # A malformed --listen is refused before the warning below speaks of it.
+    host = "" if args.listen.startswith(UNIX_PREFIXES) else parse_address(args.listen)[0]
+    if security.token is None and host not in ("", "127.0.0.1", "localhost", "::1"):
         logging.getLogger("codedgd").warning(
             "serving on %s without a token: anyone who reaches this port can join or submit "
             "jobs. Set --token-file (and TLS) outside a private network.",
@@ -749,7 +751,11 @@ def build_parser() -> argparse.ArgumentParser:
         "rounds done when the job fails or is interrupted; "
         "default results/<policy>-n<N>-seed<S>-<time>.json",
     )
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve the coordinator's Prometheus metrics on 127.0.0.1 at this port",
+    )
     p.add_argument("--worker-log", help="append the workers' logs to this file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)

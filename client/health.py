@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from services.errors import ConfigError
+from services.errors import CodedGDError
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 DEFAULT_WORKER_METRICS_PORT = 9101
@@ -172,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(["health", *(argv if argv is not None else sys.argv[1:])])
     try:
         check_env(env_errors, "health")
-    except ConfigError as exc:
+        return int(args.func(args))
+    except CodedGDError as exc:  # e.g. a TLS file that is not PEM
         print(f"codedgd health: error: {exc}", file=sys.stderr)
         return UNHEALTHY
-    return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ import secrets
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from services import allocator
-from services.coordinator.server import CoordinatorServer
-from services.errors import JobFailed
+from services.coordinator.server import CoordinatorServer, uninterrupted
+from services.errors import ConfigError, JobFailed
 from services.job import JobConfig
 from services.reports import RoundRecord
 from services.security import TOKEN_ENV, Security
@@ -29,6 +30,21 @@ SINGLE_THREAD_ENV = {
     "MKL_NUM_THREADS": "1",
     "NUMEXPR_NUM_THREADS": "1",
 }
+
+
+# `codedgd run` serves everything on loopback only: its coordinator, and its metrics.
+LOOPBACK = "127.0.0.1"
+
+
+def open_worker_log(path: str) -> BinaryIO:
+    """The --worker-log file, opened for appending before anything starts."""
+    try:
+        return open(path, "ab")  # closed by run_local
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the worker log {path}: {exc.strerror or exc}; "
+            "choose another --worker-log"
+        ) from None
 
 
 def worker_environment(environ: Mapping[str, str], token: str) -> dict[str, str]:
@@ -64,19 +80,25 @@ async def run_local(
     worker_log: str | None = None,
     startup_timeout: float = 120.0,
 ) -> LocalRun:
-    """Run one job locally and return its records; raises JobFailed if the job fails."""
+    """Run one job locally and return its records; raises JobFailed if the job fails.
+
+    Whatever ends it (the job, an error, Ctrl-C or a cancellation), the coordinator is
+    stopped and the worker processes are reaped before this returns.
+    """
     token = secrets.token_hex(16)
     security = Security(token=token)
-    server = await CoordinatorServer.start(
-        "127.0.0.1:0",
-        security=security,
-        metrics_port=metrics_port,
-        data_dir=data_dir,
-        assign_timeout=startup_timeout,
-    )
+    log_file = open_worker_log(worker_log) if worker_log else None
+    server: CoordinatorServer | None = None
     procs: list[asyncio.subprocess.Process] = []
-    log_file = open(worker_log, "ab") if worker_log else None  # noqa: SIM115
     try:
+        server = await CoordinatorServer.start(
+            f"{LOOPBACK}:0",
+            security=security,
+            metrics_port=metrics_port,
+            metrics_address=LOOPBACK,
+            data_dir=data_dir,
+            assign_timeout=startup_timeout,
+        )
         job = server.service.submit(config)
         if on_submitted is not None:
             on_submitted(job.id)
@@ -91,7 +113,7 @@ async def run_local(
                 "client.cli",
                 "worker",
                 "--coordinator",
-                f"127.0.0.1:{server.port}",
+                f"{LOOPBACK}:{server.port}",
                 "--name",
                 f"local-{i}",
                 "--no-reconnect",
@@ -127,16 +149,32 @@ async def run_local(
         theta = job.theta.tolist() if job.theta is not None else None
         result = LocalRun(job.id, job.state, job.error, tuple(job.records), theta)
     finally:
-        await server.stop()
-        for p in procs:
-            try:
-                await asyncio.wait_for(p.wait(), timeout=10)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    p.kill()
-                await p.wait()
-        if log_file is not None:
-            log_file.close()
+        # To the end even if a second Ctrl-C or a SIGTERM cancels us meanwhile: a server
+        # left running prints a traceback at exit, and workers would be left behind.
+        await uninterrupted(_shut_down(server, procs, log_file))
     if result.state != "done":
         raise JobFailed(f"job {result.job_id} {result.state}: {result.error}")
     return result
+
+
+async def _shut_down(
+    server: CoordinatorServer | None,
+    procs: list[asyncio.subprocess.Process],
+    log_file: BinaryIO | None,
+) -> None:
+    """Stop the coordinator (workers are told to leave), reap the workers, close the log."""
+    try:
+        if server is not None:
+            await server.stop()
+    finally:
+        try:
+            for p in procs:
+                try:
+                    await asyncio.wait_for(p.wait(), timeout=10)
+                except TimeoutError:
+                    with contextlib.suppress(ProcessLookupError):
+                        p.kill()
+                    await p.wait()
+        finally:
+            if log_file is not None:
+                log_file.close()

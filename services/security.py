@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,14 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from services.address import bind_failure
 from services.errors import ConfigError
 
 TOKEN_ENV = "CODEDGD_TOKEN"
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+
+_CERT_BLOCK = re.compile(rb"-----BEGIN (?:X509 |TRUSTED )?CERTIFICATE-----")
+_KEY_BLOCK = re.compile(rb"-----BEGIN (?:(RSA|EC|DSA|ENCRYPTED) )?PRIVATE KEY-----")
 
 
 @dataclass(frozen=True)
@@ -79,38 +84,154 @@ class Security:
     def channel(self, target: str, options: Any = ()) -> aio.Channel:
         """An aio channel to ``target``: TLS when a CA is configured, plaintext otherwise."""
         opts = list(options)
+        self.check_client()
         if self.tls_ca is None:
             return aio.insecure_channel(target, options=opts)
-        cert = self.tls_cert.read_bytes() if self.tls_cert else None
-        key = self.tls_key.read_bytes() if self.tls_key else None
+        cert = _read(self.tls_cert, "--tls-cert") if self.tls_cert else None
+        key = _read(self.tls_key, "--tls-key") if self.tls_key else None
         creds = grpc.ssl_channel_credentials(
-            root_certificates=self.tls_ca.read_bytes(), private_key=key, certificate_chain=cert
+            root_certificates=_read(self.tls_ca, "--tls-ca"),
+            private_key=key,
+            certificate_chain=cert,
         )
         if self.tls_server_name:
             opts.append(("grpc.ssl_target_name_override", self.tls_server_name))
         return aio.secure_channel(target, creds, options=opts)
 
+    def check_client(self) -> None:
+        """Refuse a client/worker TLS setup gRPC would abort on or fail obscurely with.
+
+        A client certificate without its key (or the reverse) makes gRPC abort the whole
+        process; a file that is not PEM, or a key that does not belong to the certificate,
+        only shows up as "failed to connect".
+        """
+        if (self.tls_cert is None) != (self.tls_key is None):
+            given, missing = (
+                ("--tls-cert", "--tls-key") if self.tls_key is None else ("--tls-key", "--tls-cert")
+            )
+            raise ConfigError(
+                f"mutual TLS needs both --tls-cert and --tls-key: {given} is set but {missing} "
+                "is not; give the client certificate and its private key together (or neither)"
+            )
+        self._check_files()
+
     # ------------------------------------------------------------ servers
+
+    def check_server(self) -> None:
+        """Refuse, before anything is bound, a server TLS setup that cannot work."""
+        if (self.tls_cert is None) != (self.tls_key is None):
+            given, missing = (
+                ("--tls-cert", "--tls-key") if self.tls_key is None else ("--tls-key", "--tls-cert")
+            )
+            raise ConfigError(
+                f"TLS needs both --tls-cert and --tls-key: {given} is set but {missing} is not"
+            )
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise ConfigError(
+                "--tls-ca (require client certificates) needs TLS: give --tls-cert and --tls-key "
+                "too, or drop --tls-ca"
+            )
+        self._check_files()
+
+    def _check_files(self) -> None:
+        if self.tls_ca is not None:
+            _check_pem(_read(self.tls_ca, "--tls-ca"), "--tls-ca", self.tls_ca, want="cert")
+        if self.tls_cert is not None and self.tls_key is not None:
+            cert = _read(self.tls_cert, "--tls-cert")
+            key = _read(self.tls_key, "--tls-key")
+            _check_pem(cert, "--tls-cert", self.tls_cert, want="cert")
+            _check_pem(key, "--tls-key", self.tls_key, want="key")
+            _check_pair(cert, key, self.tls_cert, self.tls_key)
 
     def add_port(self, server: aio.Server, address: str) -> int:
         """Bind ``address`` with TLS when a certificate is configured; return the port."""
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("TLS needs both --tls-cert and --tls-key")
-        if self.tls_cert is None or self.tls_key is None:
-            port = int(server.add_insecure_port(address))
-        else:
-            creds = grpc.ssl_server_credentials(
-                [(self.tls_key.read_bytes(), self.tls_cert.read_bytes())],
-                root_certificates=self.tls_ca.read_bytes() if self.tls_ca else None,
-                require_client_auth=self.tls_ca is not None,
-            )
-            port = int(server.add_secure_port(address, creds))
+        self.check_server()
+        tls = self.tls_cert is not None and self.tls_key is not None
+        try:
+            if self.tls_cert is None or self.tls_key is None:
+                port = int(server.add_insecure_port(address))
+            else:
+                creds = grpc.ssl_server_credentials(
+                    [(_read(self.tls_key, "--tls-key"), _read(self.tls_cert, "--tls-cert"))],
+                    root_certificates=_read(self.tls_ca, "--tls-ca") if self.tls_ca else None,
+                    require_client_auth=self.tls_ca is not None,
+                )
+                port = int(server.add_secure_port(address, creds))
+        except RuntimeError:  # grpcio >= 1.5x: "Failed to bind to address ..."
+            port = 0
         if port == 0:
-            raise ConfigError(f"cannot listen on {address}: the address is in use or invalid")
+            raise ConfigError(bind_failure(address, tls=tls))
         return port
 
     def interceptors(self) -> list[aio.ServerInterceptor]:
         return [TokenInterceptor(self.token)] if self.token else []
+
+
+# ---------------------------------------------------------------- TLS files
+
+
+def _read(path: Path, label: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {label} {path}: {exc.strerror or exc}") from None
+
+
+def _check_pem(data: bytes, label: str, path: Path, *, want: str) -> None:
+    """``data`` holds a PEM certificate (``want="cert"``) or an unencrypted PEM private key."""
+    has_cert = _CERT_BLOCK.search(data) is not None
+    key = _KEY_BLOCK.search(data)
+    if want == "cert" and not has_cert:
+        if key is not None:
+            hint = "; did you swap --tls-cert and --tls-key?" if label == "--tls-cert" else ""
+            raise ConfigError(f"{label} {path} is a private key, not a PEM certificate{hint}")
+        raise ConfigError(
+            f"{label} {path} is not a PEM certificate (no '-----BEGIN CERTIFICATE-----' "
+            "block); give the certificate file in PEM format"
+        )
+    if want == "key":
+        if key is None:
+            if has_cert:
+                raise ConfigError(
+                    f"--tls-key {path} is a certificate, not a PEM private key; "
+                    "did you swap --tls-cert and --tls-key?"
+                )
+            raise ConfigError(
+                f"--tls-key {path} is not a PEM private key (no '-----BEGIN PRIVATE KEY-----' "
+                "block); give the certificate's private key in PEM format"
+            )
+        if key.group(1) == b"ENCRYPTED" or b"Proc-Type: 4,ENCRYPTED" in data:
+            raise ConfigError(
+                f"--tls-key {path} is encrypted with a passphrase, which gRPC cannot use; "
+                f"decrypt it (openssl pkey -in {path} -out plain.key)"
+            )
+
+
+def _check_pair(cert: bytes, key: bytes, cert_path: Path, key_path: Path) -> None:
+    """The certificate's public key is the key's (checked when ``cryptography`` is installed).
+
+    Files the ``cryptography`` package cannot parse are left to gRPC, which may accept
+    what it refuses; without the package, a mismatch shows as a bind failure whose
+    message names this cause.
+    """
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+    except ImportError:  # pragma: no cover - optional
+        return
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    try:
+        leaf = x509.load_pem_x509_certificates(cert)[0]
+        private = serialization.load_pem_private_key(key, password=None)
+        match = leaf.public_key().public_bytes(*spki) == private.public_key().public_bytes(*spki)
+    except Exception:  # unparsable or unsupported here: gRPC decides (best effort only)
+        return
+    if not match:
+        raise ConfigError(
+            f"--tls-key {key_path} is not the private key of --tls-cert {cert_path}: "
+            "the certificate and key do not form a pair; give the key the certificate "
+            "was issued for"
+        )
 
 
 class TokenInterceptor(aio.ServerInterceptor):  # type: ignore[misc]

@@ -261,3 +261,11 @@ def test_a_worker_that_never_reached_its_coordinator_says_so(
     err = capsys.readouterr().err
     assert code == 2 and f"could not reach the coordinator at {address}" in err
     assert "lost the coordinator" not in err and "Traceback" not in err
+
+
+def test_a_malformed_listen_address_is_refused_before_any_warning_about_it(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    assert main(["coordinator", "--listen", "garbage"]) == 2
+    assert "'garbage' is malformed: expected HOST:PORT" in capsys.readouterr().err
+    assert not [r for r in caplog.records if "without a token" in r.getMessage()]

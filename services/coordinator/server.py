@@ -12,16 +12,18 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
 
-from services.coordinator.metrics import CoordinatorMetrics
+from services.address import UNIX_PREFIXES, check_bindable, parse_address
+from services.coordinator.metrics import CoordinatorMetrics, check_metrics_port, serve_metrics
 from services.coordinator.service import CoordinatorService
+from services.errors import ConfigError
 from services.framing import frame_reader, to_wire
 from services.proto import codedgd_pb2 as pb
 from services.security import Security
@@ -29,6 +31,7 @@ from services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
 
 log = logging.getLogger("codedgd.coordinator")
 SERVICE_NAME = "codedgd.v1.Coordinator"
+T = TypeVar("T")
 
 
 # Results' gradient bytes stay views of the received frame (services.framing).
@@ -78,6 +81,7 @@ class CoordinatorServer:
     health: health.aio.HealthServicer
     metrics_port: int | None = None
     _closers: list[Any] = field(default_factory=list)
+    _stopped: bool = field(default=False, init=False)
 
     @staticmethod
     async def start(
@@ -85,42 +89,119 @@ class CoordinatorServer:
         *,
         security: Security | None = None,
         metrics_port: int | None = None,
+        metrics_address: str = "0.0.0.0",
         data_dir: str | None = None,
         assign_timeout: float = 120.0,
     ) -> CoordinatorServer:
+        """Bind, start serving and return the coordinator.
+
+        A mistake the user can fix (an address that is malformed, in use or not this
+        host's; a metrics port out of range or in use; TLS files that are not a PEM
+        certificate and its key) is a ConfigError raised before anything is left
+        running: every check comes first, the metrics endpoint is bound before the gRPC
+        server starts, and a failure or cancellation part-way stops what was started.
+        """
         security = security or Security()
+        security.check_server()  # TLS files: both, PEM, a pair
+        check_bindable(address)  # HOST:PORT, port 0..65535, free, an address of this host
+        if metrics_port is not None:
+            check_metrics_port(metrics_port)
+            if (
+                metrics_port != 0
+                and not address.startswith(UNIX_PREFIXES)
+                and parse_address(address)[1] == metrics_port
+            ):
+                raise ConfigError(
+                    f"--metrics-port {metrics_port} is the port of --listen {address}; "
+                    "choose another --metrics-port"
+                )
         metrics = CoordinatorMetrics()
-        service = CoordinatorService(
-            metrics=metrics, data_dir=data_dir, assign_timeout=assign_timeout
-        )
-        server = aio.server(options=list(SERVER_OPTIONS), interceptors=security.interceptors())
-        server.add_generic_rpc_handlers((_handlers(service),))
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        port = security.add_port(server, address)
-        await server.start()
-        service.start()
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         closers: list[Any] = []
         bound_metrics: int | None = None
         if metrics_port is not None:
-            http_server, _thread = start_http_server(metrics_port, registry=metrics.registry)
+            http_server = serve_metrics(metrics.registry, metrics_port, metrics_address)
             closers.append(http_server)
-            bound_metrics = http_server.server_address[1]
+            bound_metrics = int(http_server.server_address[1])
+        service = CoordinatorService(
+            metrics=metrics, data_dir=data_dir, assign_timeout=assign_timeout
+        )
+        server: aio.Server | None = None
+        try:
+            server = aio.server(options=list(SERVER_OPTIONS), interceptors=security.interceptors())
+            server.add_generic_rpc_handlers((_handlers(service),))
+            health_servicer = health.aio.HealthServicer()
+            health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+            port = security.add_port(server, address)
+            await server.start()
+            service.start()
+            await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+            await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        except BaseException:
+            await uninterrupted(_abandon(server, service, closers))
+            raise
         log.info("coordinator listening on %s (port %d)", address, port)
         return CoordinatorServer(server, service, port, health_servicer, bound_metrics, closers)
 
     async def stop(self, grace: float = 2.0) -> None:
-        await self.health.enter_graceful_shutdown()
-        await self.service.stop()
-        await self.server.stop(grace)
-        for closer in self._closers:
-            closer.shutdown()
-            closer.server_close()
+        """Tell workers to leave, stop serving, close the metrics endpoint.
+
+        Every step is taken even if an earlier one fails; a second call does nothing.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            await self.health.enter_graceful_shutdown()
+            await self.service.stop()
+        finally:
+            try:
+                await self.server.stop(grace)
+            finally:
+                _close_all(self._closers)
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()
+
+
+def _close_all(http_servers: list[Any]) -> None:
+    for http_server in http_servers:
+        http_server.shutdown()
+        http_server.server_close()
+    http_servers.clear()
+
+
+async def _abandon(
+    server: aio.Server | None, service: CoordinatorService, closers: list[Any]
+) -> None:
+    """Undo a start that failed part-way (gRPC server, job loop, metrics endpoint)."""
+    try:
+        if server is not None:
+            await server.stop(None)
+        await service.stop()
+    finally:
+        _close_all(closers)
+
+
+async def uninterrupted(aw: Awaitable[T]) -> T:
+    """Await ``aw`` to its end even when the caller is cancelled meanwhile, then re-raise.
+
+    Clean-up that a Ctrl-C (or SIGTERM) cancels half-way leaves a gRPC server running
+    into interpreter exit, where its ``__del__`` prints "Exception ignored ... Event loop
+    is closed".
+    """
+    task = asyncio.ensure_future(aw)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():  # cancelled itself (the event loop shutting down)
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 async def serve_forever(server: CoordinatorServer) -> None:
@@ -130,6 +211,8 @@ async def serve_forever(server: CoordinatorServer) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("shutting down")
-    await server.stop()
+    try:
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await uninterrupted(server.stop())

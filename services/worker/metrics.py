@@ -9,10 +9,11 @@ replica of a scaled worker service exports the same names, told apart by Prometh
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from services.coordinator.metrics import serve_metrics
 from services.worker.agent import WorkerAgent
 
 
@@ -75,8 +76,12 @@ class _AgentCollector(Collector):
         )
 
 
-def serve_worker_metrics(agent: WorkerAgent, port: int) -> int:
+def serve_worker_metrics(agent: WorkerAgent, port: int, address: str = "0.0.0.0") -> int:
+    """Serve the agent's metrics on ``address:port``; the bound port.
+
+    A port out of range or in use is a ConfigError naming it (services.coordinator.metrics).
+    """
     registry = CollectorRegistry()
     registry.register(_AgentCollector(agent))
-    server, _thread = start_http_server(port, registry=registry)
+    server = serve_metrics(registry, port, address)
     return int(server.server_address[1])
