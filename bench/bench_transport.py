@@ -71,6 +71,20 @@ def _spawn(args: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
+def transport_job(n: int, dim: int, rounds: int) -> JobConfig:
+    """The benchmark's job: n workers, each with one near-empty row of ℓ = ``dim`` features."""
+    return JobConfig(
+        workers=n,
+        rounds=rounds,
+        eval_every=10**6,
+        data=Component(
+            "synthetic", {"rows": 2 * n, "dim": dim, "density": 1e-6, "test_fraction": 0.5}
+        ),
+        model=Component("logistic", {"l2": 0.0}),
+        optimizer={"lr": 1e-3},
+    )
+
+
 async def codedgd_round_seconds(n: int, dim: int, rounds: int, warmup: int = 1) -> Measured:
     server = await CoordinatorServer.start("127.0.0.1:0", assign_timeout=120)
     procs = [
@@ -87,16 +101,7 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int, warmup: int = 1) 
         for _ in range(n)
     ]
     try:
-        config = JobConfig(
-            workers=n,
-            rounds=warmup + rounds,
-            eval_every=10**6,
-            data=Component(
-                "synthetic", {"rows": 2 * n, "dim": dim, "density": 1e-6, "test_fraction": 0.5}
-            ),
-            model=Component("logistic", {"l2": 0.0}),
-            optimizer={"lr": 1e-3},
-        )
+        config = transport_job(n, dim, warmup + rounds)
         pids = [os.getpid(), *(p.pid for p in procs)]
         cpu: dict[int, list[float]] = {}
         clock: dict[int, float] = {}

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import raw_grpc
+from bench.bench_transport import transport_job
 from services.allocator import keep_freed_memory
 from services.coordinator.server import CoordinatorServer
-from services.job import Component, JobConfig
 from services.reports import RoundRecord
 from services.worker.agent import WorkerAgent, WorkerOptions
 
@@ -63,7 +63,7 @@ def _short(path: str) -> str:
 
 
 async def codedgd_rounds(n: int, dim: int, rounds: int, profile: cProfile.Profile) -> None:
-    """A job like bench_transport's, its workers in-process; profile rounds after warm-up."""
+    """bench_transport's job, its workers in-process; profile the rounds after warm-up."""
     server = await CoordinatorServer.start("127.0.0.1:0", assign_timeout=60)
     agents = [
         WorkerAgent(WorkerOptions(coordinator=f"127.0.0.1:{server.port}", reconnect=False))
@@ -71,16 +71,7 @@ async def codedgd_rounds(n: int, dim: int, rounds: int, profile: cProfile.Profil
     ]
     tasks = [asyncio.create_task(agent.run()) for agent in agents]
     try:
-        config = JobConfig(
-            workers=n,
-            rounds=WARMUP + rounds,
-            eval_every=10**6,
-            data=Component(
-                "synthetic", {"rows": 2 * n, "dim": dim, "density": 1e-6, "test_fraction": 0.5}
-            ),
-            model=Component("logistic", {"l2": 0.0}),
-            optimizer={"lr": 1e-3},
-        )
+        config = transport_job(n, dim, WARMUP + rounds)
         job = server.service.submit(config)
 
         def on_record(record: RoundRecord) -> None:
