@@ -18,7 +18,9 @@ fi
 
 echo "== container suite: install"
 missing=()
-for tool in podman runc debootstrap prometheus ip tc openssl; do
+# iptables: netavark (podman's network backend) calls it for every container on a network;
+# without it every `podman run` fails with "netavark: No such file or directory".
+for tool in podman runc debootstrap prometheus ip tc openssl iptables; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -26,7 +28,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends \
         podman runc debootstrap prometheus iproute2 openssl ca-certificates \
-        netavark aardvark-dns
+        netavark aardvark-dns iptables
 fi
 python3 -m pip show -q podman-compose >/dev/null 2>&1 || python3 -m pip install -q podman-compose
 python3 -m pip install -q -e ".[dev]"
