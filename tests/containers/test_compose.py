@@ -260,7 +260,8 @@ def test_host_cli_submits_a_job(stack: Stack) -> None:
     assert done.returncode == 0, done.stderr
     stack.prometheus.wait_for_jobs_done(2, timeout=120)
     status = _cli(stack, "status", token=stack.token)
-    assert status.stdout.count(": done, round") == 2
+    assert status.stdout.count(": done, ") == 2  # the default job and this one
+    assert ": done, 20/20 rounds done" in status.stdout
 
 
 def test_sigterm_stops_worker_and_coordinator_cleanly(stack: Stack) -> None:
