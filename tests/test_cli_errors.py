@@ -166,7 +166,10 @@ def test_verbose_goes_after_the_command_too() -> None:
         ({"optimizer": {"schedule": "x"}}, "unknown schedule 'x'"),
         ({"optimizer": {"lrr": 0.1}}, "optimizer has no option"),
         ({"data": Component("synthetic", {"test_fraction": 1.5})}, "test_fraction must be"),
-        ({"data": Component("synthetic", {"task": "ranking"})}, "task must be one of"),
+        ({"data": Component("synthetic", {"task": "ranking"})}, "task must be classification"),
+        ({"data": Component("synthetic", {"rows": 1})}, "rows must be an integer >= 2"),
+        ({"data": Component("synthetic", {"density": "abc"})}, r"density must be in \(0, 1\]"),
+        ({"data": Component("lag-synthetic", {"growth": 0})}, "growth must be positive"),
         (
             {"data": Component("synthetic", {"task": "regression"})},
             "needs 0/1 labels: use --model least-squares",

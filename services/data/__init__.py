@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from services.data.dataset import Dataset, partition_rows, take_rows
-from services.data.lag_synthetic import make_lag_synthetic
-from services.data.synthetic import make_synthetic
+from services.data.lag_synthetic import check_lag_synthetic, make_lag_synthetic
+from services.data.synthetic import check_synthetic, make_synthetic
 from services.errors import ConfigError, DataError
 
 DATA_DIR_ENV = "CODEDGD_DATA_DIR"
@@ -33,6 +33,11 @@ DATASETS: dict[str, str] = {
 GENERATORS: dict[str, Callable[..., Dataset]] = {
     "synthetic": make_synthetic,
     "lag-synthetic": make_lag_synthetic,
+}
+# Their option checks, run on submit with the generator's defaults filled in.
+CHECKS: dict[str, Callable[..., None]] = {
+    "synthetic": check_synthetic,
+    "lag-synthetic": check_lag_synthetic,
 }
 
 
@@ -84,6 +89,10 @@ def check_dataset_options(
             f"dataset {name!r} has no option(s) {', '.join(sorted(unknown))}; "
             f"its options: {', '.join(sorted(accepted)) or 'none'}"
         )
+    if is_generated(name):  # the values too: nothing to load, so nothing else to wait for
+        defaults = {k: v.default for k, v in inspect.signature(fn).parameters.items()}
+        values = {key: options.get(key, defaults[key]) for key in accepted}
+        CHECKS[name](**values)
     if "test_fraction" in options:
         fraction = options["test_fraction"]
         if (
@@ -94,10 +103,6 @@ def check_dataset_options(
             raise ConfigError(
                 f"dataset {name!r}: test_fraction must be a number in (0, 1), got {fraction!r}"
             )
-    if name == "synthetic" and options.get("task", "classification") not in TASKS:
-        raise ConfigError(
-            f"dataset 'synthetic': task must be one of {', '.join(TASKS)}, got {options['task']!r}"
-        )
     if not is_generated(name):
         try:
             resolve_data_dir(data_dir)
@@ -108,7 +113,6 @@ def check_dataset_options(
             ) from None
 
 
-TASKS = ("classification", "regression")
 # The learning task of each dataset whose task is fixed; synthetic's is its `task` option.
 _TASK = {
     "amazon": "classification",

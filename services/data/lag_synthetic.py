@@ -13,7 +13,20 @@ from __future__ import annotations
 import numpy as np
 
 from services.data.dataset import Dataset
+from services.data.synthetic import is_int, is_real
 from services.errors import ConfigError
+
+
+def check_lag_synthetic(*, workers: int, dim: int, growth: float, noise: float) -> None:
+    """The options' values, checked without generating anything (also on job submit)."""
+    if not is_int(workers) or workers < 1:
+        raise ConfigError(f"lag-synthetic workers must be an integer >= 1, got {workers!r}")
+    if not is_int(dim) or dim < 1:
+        raise ConfigError(f"lag-synthetic dim must be an integer >= 1, got {dim!r}")
+    if not is_real(growth) or not growth > 0:
+        raise ConfigError(f"lag-synthetic growth must be positive, got {growth!r}")
+    if not is_real(noise) or not noise >= 0:
+        raise ConfigError(f"lag-synthetic noise must be >= 0, got {noise!r}")
 
 
 def make_lag_synthetic(
@@ -25,14 +38,7 @@ def make_lag_synthetic(
     seed: int = 0,
 ) -> Dataset:
     """The M blocks X_m = growth^{m−1} q_m q_mᵀ + I (dim × dim each); deterministic for a seed."""
-    if not isinstance(workers, int) or workers < 1:
-        raise ConfigError(f"lag-synthetic workers must be an integer >= 1, got {workers!r}")
-    if not isinstance(dim, int) or dim < 1:
-        raise ConfigError(f"lag-synthetic dim must be an integer >= 1, got {dim!r}")
-    if not growth > 0:
-        raise ConfigError(f"lag-synthetic growth must be positive, got {growth!r}")
-    if noise < 0:
-        raise ConfigError(f"lag-synthetic noise must be >= 0, got {noise!r}")
+    check_lag_synthetic(workers=workers, dim=dim, growth=growth, noise=noise)
     rng = np.random.default_rng([seed, 0x1A6])
     eye = np.eye(dim)
     blocks_X = []

@@ -16,6 +16,32 @@ from services.data.dataset import Dataset, Matrix, take_rows
 from services.errors import ConfigError
 
 
+def check_synthetic(
+    *, task: str, rows: int, dim: int, density: float, noise: float, test_fraction: float
+) -> None:
+    """The options' values, checked without generating anything (also on job submit)."""
+    if task not in ("classification", "regression"):
+        raise ConfigError(f"synthetic task must be classification or regression, got {task!r}")
+    if not is_int(rows) or rows < 2:
+        raise ConfigError(f"synthetic rows must be an integer >= 2, got {rows!r}")
+    if not is_int(dim) or dim < 1:
+        raise ConfigError(f"synthetic dim must be an integer >= 1, got {dim!r}")
+    if not is_real(density) or not 0 < density <= 1:
+        raise ConfigError(f"synthetic density must be in (0, 1], got {density!r}")
+    if not is_real(test_fraction) or not 0 < test_fraction < 1:
+        raise ConfigError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    if not is_real(noise) or not noise >= 0:
+        raise ConfigError(f"synthetic noise must be >= 0, got {noise!r}")
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def make_synthetic(
     *,
     task: Literal["classification", "regression"] = "classification",
@@ -27,18 +53,9 @@ def make_synthetic(
     seed: int = 0,
 ) -> Dataset:
     """Generate a train/test split; deterministic for a seed."""
-    if task not in ("classification", "regression"):
-        raise ConfigError(f"synthetic task must be classification or regression, got {task!r}")
-    if not isinstance(rows, int) or rows < 2:
-        raise ConfigError(f"synthetic rows must be an integer >= 2, got {rows!r}")
-    if not isinstance(dim, int) or dim < 1:
-        raise ConfigError(f"synthetic dim must be an integer >= 1, got {dim!r}")
-    if not 0 < density <= 1:
-        raise ConfigError(f"synthetic density must be in (0, 1], got {density!r}")
-    if not 0 < test_fraction < 1:
-        raise ConfigError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-    if noise < 0:
-        raise ConfigError(f"synthetic noise must be >= 0, got {noise!r}")
+    check_synthetic(
+        task=task, rows=rows, dim=dim, density=density, noise=noise, test_fraction=test_fraction
+    )
     rng = np.random.default_rng([seed, 0x5EED])
     X: Matrix
     if density < 1:
