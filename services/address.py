@@ -1,13 +1,17 @@
-"""Listen addresses: HOST:PORT checked before gRPC binds them, and why a bind failed.
+"""Listen addresses: HOST:PORT checked before anything binds them, and why a bind failed.
 
 gRPC's own answer to a bad address is a bare "failed to bind" (or, for a port above
-65535, a silent wrap-around); these checks name the cause and the fix.
+65535, a silent wrap-around), and Python's HTTP server (the Prometheus endpoints) an
+OverflowError or a bare errno; these checks name the cause and the fix.
 """
 
 from __future__ import annotations
 
 import errno
 import socket
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
 
 from services.errors import ConfigError
 
@@ -65,6 +69,16 @@ def probe_bind(host: str, port: int) -> str | None:
             errors.append(exc)
     if not errors:
         return None
+    if len(errors) < len(infos) and not {e.errno for e in errors} & _PORT_ERRORS:
+        return None  # bound on some of the name's addresses (say IPv4 but not IPv6), as gRPC
+    return bind_reason(errors, host, port)
+
+
+_PORT_ERRORS = {errno.EADDRINUSE, errno.EACCES}
+
+
+def bind_reason(errors: list[OSError], host: str, port: int) -> str:
+    """Why binding ``host:port`` failed with these errors, in a user's words."""
     codes = {exc.errno for exc in errors}
     if errno.EADDRINUSE in codes:
         return f"port {port} is already in use by another process"
@@ -73,8 +87,6 @@ def probe_bind(host: str, port: int) -> str | None:
             f"permission denied for port {port} (ports below 1024 need root or "
             "CAP_NET_BIND_SERVICE)"
         )
-    if len(errors) < len(infos):
-        return None  # bound on some of the name's addresses (say IPv4 but not IPv6), as gRPC
     if codes & {errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT}:
         return f"{host} is not an address of this host"
     return errors[0].strerror or str(errors[0])
@@ -108,3 +120,36 @@ def bind_failure(address: str, *, tls: bool = False) -> str:
         else:
             reason += " (is it in use, or not an address of this host?)"
     return f"cannot listen on {address}: {reason}; choose another --listen"
+
+
+# ---------------------------------------------------------------- Prometheus endpoints
+
+
+def check_metrics_port(port: int, option: str = "--metrics-port") -> None:
+    """A metrics port is 0..65535 (0: any free port); Python's socket would overflow."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(
+            f"{option} {port} is out of range: expected a port number 0..65535 (0: any free port)"
+        )
+
+
+def serve_metrics(
+    registry: CollectorRegistry,
+    port: int,
+    address: str = "0.0.0.0",
+    option: str = "--metrics-port",
+) -> Any:
+    """Serve ``registry`` on http://address:port/metrics (a thread); the HTTP server.
+
+    Stop it with ``shutdown()`` then ``server_close()``. A port that cannot be bound is a
+    :class:`ConfigError` naming the port and why.
+    """
+    check_metrics_port(port, option)
+    try:
+        server, _thread = start_http_server(port, addr=address, registry=registry)
+    except OSError as exc:
+        reason = bind_reason([exc], address, port)
+        raise ConfigError(
+            f"cannot serve metrics on {address}:{port}: {reason}; choose another {option}"
+        ) from None
+    return server

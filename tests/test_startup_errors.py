@@ -244,14 +244,14 @@ def test_a_worker_metrics_port_in_use_is_named(capsys: pytest.CaptureFixture[str
         code = main(["worker", "--metrics-port", str(port), "--no-reconnect"])
     err = capsys.readouterr().err
     assert code == 2
-    assert f"cannot serve metrics on 0.0.0.0:{port}: the port is already in use" in err, err
+    assert f"cannot serve metrics on 0.0.0.0:{port}: port {port} is already in use" in err, err
 
 
 async def test_a_metrics_port_in_use_leaves_no_grpc_server_running() -> None:
     listen = free_port()
     with busy_port() as metrics:
         message = await start_must_fail(f"127.0.0.1:{listen}", metrics_port=metrics)
-    assert f"cannot serve metrics on 0.0.0.0:{metrics}: the port is already in use" in message
+    assert f"cannot serve metrics on 0.0.0.0:{metrics}: port {metrics} is already in use" in message
     assert "choose another --metrics-port" in message
     assert port_is_free(listen)  # the gRPC server was never started (or was stopped)
 
@@ -262,7 +262,7 @@ def test_a_metrics_port_in_use_prints_no_traceback_at_exit() -> None:
     with busy_port() as port:
         proc = run_cli("coordinator", "--listen", "127.0.0.1:0", "--metrics-port", str(port))
     assert proc.returncode == 2, proc.stderr
-    assert f"metrics on 0.0.0.0:{port}: the port is already in use" in proc.stderr
+    assert f"metrics on 0.0.0.0:{port}: port {port} is already in use" in proc.stderr
     assert_one_clean_error(proc.stderr)
 
 

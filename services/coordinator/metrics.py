@@ -9,12 +9,7 @@ shows 0 rather than "no data" before the first straggler.
 
 from __future__ import annotations
 
-import errno
-from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
-
-from services.errors import ConfigError
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 # Why a worker's result was not used in a round (the ``reason`` of codedgd_stragglers_total):
 # cancelled once the round decoded, late_dropped when it arrived after its round,
@@ -150,41 +145,3 @@ class CoordinatorMetrics:
             "The running job's policy, model, dataset and number of workers.",
             registry=r,
         )
-
-
-def check_metrics_port(port: int, option: str = "--metrics-port") -> None:
-    """A metrics port is 0..65535 (0: any free port); Python's socket would overflow."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ConfigError(
-            f"{option} {port} is out of range: expected a port number 0..65535 (0: any free port)"
-        )
-
-
-def serve_metrics(
-    registry: CollectorRegistry,
-    port: int,
-    address: str = "0.0.0.0",
-    option: str = "--metrics-port",
-) -> Any:
-    """Serve ``registry`` on http://address:port/metrics (a thread); the HTTP server.
-
-    Stop it with ``shutdown()`` then ``server_close()``. A port that cannot be bound is a
-    :class:`ConfigError` naming the port.
-    """
-    check_metrics_port(port, option)
-    try:
-        server, _thread = start_http_server(port, addr=address, registry=registry)
-    except (OSError, OverflowError) as exc:
-        code = getattr(exc, "errno", None)
-        if code == errno.EADDRINUSE:
-            reason = "the port is already in use by another process"
-        elif code == errno.EACCES:
-            reason = "permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)"
-        elif code == errno.EADDRNOTAVAIL:
-            reason = f"{address} is not an address of this host"
-        else:
-            reason = getattr(exc, "strerror", None) or str(exc)
-        raise ConfigError(
-            f"cannot serve metrics on {address}:{port}: {reason}; choose another {option}"
-        ) from None
-    return server

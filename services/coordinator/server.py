@@ -20,8 +20,14 @@ import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.address import UNIX_PREFIXES, check_bindable, parse_address
-from services.coordinator.metrics import CoordinatorMetrics, check_metrics_port, serve_metrics
+from services.address import (
+    UNIX_PREFIXES,
+    check_bindable,
+    check_metrics_port,
+    parse_address,
+    serve_metrics,
+)
+from services.coordinator.metrics import CoordinatorMetrics
 from services.coordinator.service import CoordinatorService
 from services.errors import ConfigError
 from services.framing import frame_reader, to_wire

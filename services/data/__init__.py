@@ -15,7 +15,7 @@ from typing import Any
 
 from services.data.dataset import Dataset, partition_rows, take_rows
 from services.data.lag_synthetic import check_lag_synthetic, make_lag_synthetic
-from services.data.synthetic import check_synthetic, make_synthetic
+from services.data.synthetic import check_synthetic, is_real, make_synthetic
 from services.errors import ConfigError, DataError
 
 DATA_DIR_ENV = "CODEDGD_DATA_DIR"
@@ -93,17 +93,12 @@ def check_dataset_options(
         defaults = {k: v.default for k, v in inspect.signature(fn).parameters.items()}
         values = {key: options.get(key, defaults[key]) for key in accepted}
         CHECKS[name](**values)
-    if "test_fraction" in options:
-        fraction = options["test_fraction"]
-        if (
-            isinstance(fraction, bool)
-            or not isinstance(fraction, int | float)
-            or not 0 < fraction < 1
-        ):
+    else:
+        fraction = options.get("test_fraction", 0.2)  # a real dataset's one option
+        if not is_real(fraction) or not 0 < fraction < 1:
             raise ConfigError(
                 f"dataset {name!r}: test_fraction must be a number in (0, 1), got {fraction!r}"
             )
-    if not is_generated(name):
         try:
             resolve_data_dir(data_dir)
         except DataError as exc:
