@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Run inside a checkout: one raw measurement, then one codedgd measurement, as JSON.
 _MEASURE = """
 import asyncio, json, sys
-from services.allocator import keep_freed_memory
+from codedgd.services.allocator import keep_freed_memory
 import bench.bench_transport as bt
 keep_freed_memory()
 n, dim, rounds, warmup = (int(a) for a in sys.argv[1:5])

@@ -9,7 +9,7 @@ markdown table with each variant's ratio to the plain expression. It also times
 the alternatives considered for Xᵀr, which is why the model uses ``X.T @ r``.
 
 Data: the Amazon Employee Access one-hot matrix (26,215 x 241,915, 44 non-zeros
-a row) from ``services.data.load_dataset`` when that loader and the data
+a row) from ``codedgd.services.data.load_dataset`` when that loader and the data
 directory are available, otherwise a seeded random CSR matrix of the same shape
 with the same one-hot structure (one non-zero in each of 44 column blocks).
 
@@ -33,7 +33,7 @@ from scipy.special import expit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.models import LogisticRegression
+from codedgd.services.models import LogisticRegression
 
 N_ROWS, N_COLS, NNZ_PER_ROW = 26_215, 241_915, 44
 
@@ -55,7 +55,7 @@ def synthetic_one_hot(seed: int = 0) -> tuple[sp.csr_matrix, np.ndarray]:
 def amazon(data_dir: str | None) -> tuple[sp.csr_matrix, np.ndarray]:
     """The real training matrix through the project's loader (raises if unavailable)."""
     # Looked up at run time: the loader may not exist yet in this checkout.
-    load_dataset = importlib.import_module("services.data").load_dataset
+    load_dataset = importlib.import_module("codedgd.services.data").load_dataset
     kwargs = {"data_dir": data_dir} if data_dir else {}
     ds = load_dataset("amazon", {}, seed=0, **kwargs)
     return sp.csr_matrix(ds.X_train), np.asarray(ds.y_train, dtype=np.float64)
@@ -65,7 +65,7 @@ def load(kind: str, data_dir: str | None) -> tuple[str, sp.csr_matrix, np.ndarra
     if kind in ("auto", "amazon"):
         try:
             X, y = amazon(data_dir)
-            return "amazon (services.data.load_dataset)", X, y
+            return "amazon (codedgd.services.data.load_dataset)", X, y
         except Exception as exc:
             if kind == "amazon":
                 raise
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         "precomputed CSR of Xᵀ": precomputed_transpose,
     }
     try:
-        from services.worker.compute import Computer, PartitionRows
+        from codedgd.services.worker.compute import Computer, PartitionRows
 
         computer = Computer(model, [PartitionRows(0, X, y)], np.ones((1, 1)))
         variants["worker Computer.compute (1 partition)"] = lambda: computer.compute(theta)

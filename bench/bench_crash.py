@@ -31,17 +31,17 @@ import logging
 import numpy as np
 
 from bench.bench_policies import label, parse_policy
-from services.job import Component, JobConfig
-from services.reports import RoundRecord
-from services.sim import CostModel, Simulator
-from services.stragglers import create_straggler_model
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord
+from codedgd.services.sim import CostModel, Simulator
+from codedgd.services.stragglers import create_straggler_model
 
 DEFAULT_POLICIES = ["uncoded", "ignore-stragglers:s=2", "frc:s=1", "cyclic:s=2"]
 
 
 def run(config: JobConfig, real: bool) -> tuple[list[RoundRecord], np.ndarray]:
     if real:
-        from client.local import run_local
+        from codedgd.client.local import run_local
 
         result = asyncio.run(run_local(config))
         assert result.theta is not None

@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from services.codes.encoding import encode
-from services.policies import Plan, Policy, create
-from services.policies.comm_efficient import GroupMDS, Polynomial
-from services.policies.cyclic import CyclicRepetition
+from codedgd.services.codes.encoding import encode
+from codedgd.services.policies import Plan, Policy, create
+from codedgd.services.policies.comm_efficient import GroupMDS, Polynomial
+from codedgd.services.policies.cyclic import CyclicRepetition
 
 S, M = 3, 2  # stragglers tolerated and chunks: d = s + m = 5 divides every n below
 

@@ -12,7 +12,7 @@ job. The target loss is the loss gd reaches at round ``rounds // 2``.
 Also LAG's own synthetic benchmark (M = 9 heterogeneous least-squares workers): rounds,
 uploads and computations to a 1e-8 relative objective error.
 
-With ``--real`` one setting also runs as real worker processes (``client.local``).
+With ``--real`` one setting also runs as real worker processes (``codedgd.client.local``).
 
     CODEDGD_DATA_DIR=../shared/datasets python -m bench.bench_lag --real
 
@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from services.job import Component, JobConfig
-from services.reports import RoundRecord, write_results
-from services.sim import CostModel, Simulator
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord, write_results
+from codedgd.services.sim import CostModel, Simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "results" / "lag"
@@ -227,7 +227,7 @@ def simulated_grid(rounds: int, data_dir: str) -> list[str]:
 
 
 def lag_synthetic() -> str:
-    from services.data import load_dataset
+    from codedgd.services.data import load_dataset
 
     ds = load_dataset("lag-synthetic", {}, seed=0)
     X, y = ds.X_train, ds.y_train
@@ -258,7 +258,7 @@ def lag_synthetic() -> str:
 
 
 def real_run(rounds: int, data_dir: str) -> str:
-    from client.local import run_local
+    from codedgd.client.local import run_local
 
     stragglers = Component("shifted-exponential", {"shift": 0.5, "rate": 5.0})
     runs = []

@@ -18,10 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from services.allocator import keep_freed_memory
-from services.coordinator.server import CoordinatorServer
-from services.job import Component, JobConfig
-from services.reports import RoundRecord
+from codedgd.services.allocator import keep_freed_memory
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ async def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "client.cli",
+                "codedgd.client.cli",
                 "worker",
                 "--coordinator",
                 f"127.0.0.1:{server.port}",

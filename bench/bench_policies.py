@@ -1,7 +1,7 @@
 """Policies head to head as real processes: time per round and time to a target loss.
 
 Each policy runs the same seeded job (same data, partitions, step size and per-round
-straggler delays) with ``n`` worker OS processes through :func:`client.local.run_local`,
+straggler delays) with ``n`` worker OS processes through :func:`codedgd.client.local.run_local`,
 exactly what ``codedgd run`` does. Result files (the format of ``codedgd run``) go to
 ``--out``; ``codedgd report`` draws them. The target loss defaults to the loss uncoded
 reaches at round ``--target-round``, so every exact policy can reach it.
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from client.cli import summarize
-from client.local import run_local
-from services.job import Component, JobConfig
-from services.reports import RoundRecord, write_results
+from codedgd.client.cli import summarize
+from codedgd.client.local import run_local
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord, write_results
 
 
 def parse_policy(text: str) -> Component:

@@ -16,9 +16,9 @@ import argparse
 
 import numpy as np
 
-from services.codes.encoding import encode
-from services.errors import DecodeError
-from services.policies import create
+from codedgd.services.codes.encoding import encode
+from codedgd.services.errors import DecodeError
+from codedgd.services.policies import create
 
 
 def main() -> None:

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import raw_grpc
-from services import allocator
-from services.allocator import keep_freed_memory
-from services.coordinator.server import CoordinatorServer
-from services.job import Component, JobConfig
-from services.reports import RoundRecord
+from codedgd.services import allocator
+from codedgd.services.allocator import keep_freed_memory
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -91,7 +91,7 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int, warmup: int = 1) 
         _spawn(
             [
                 "-m",
-                "client.cli",
+                "codedgd.client.cli",
                 "worker",
                 "--coordinator",
                 f"127.0.0.1:{server.port}",

@@ -26,10 +26,10 @@ from typing import Any
 
 from bench import raw_grpc
 from bench.bench_transport import transport_job
-from services.allocator import keep_freed_memory
-from services.coordinator.server import CoordinatorServer
-from services.reports import RoundRecord
-from services.worker.agent import WorkerAgent, WorkerOptions
+from codedgd.services.allocator import keep_freed_memory
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.reports import RoundRecord
+from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
 
 WARMUP = 5
 

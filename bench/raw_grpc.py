@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc import aio
 
-from services.allocator import keep_freed_memory
-from services.wire import DEFAULT_CHUNK_BYTES, GRPC_OPTIONS, SERVER_OPTIONS
+from codedgd.services.allocator import keep_freed_memory
+from codedgd.services.wire import DEFAULT_CHUNK_BYTES, GRPC_OPTIONS, SERVER_OPTIONS
 
 METHOD = "/raw.Bench/Connect"
 

@@ -9,7 +9,7 @@
     for uncoded, frc and the r-th-arrival rule, n ∈ {10, 30, 100}, two λ;
 (b) the ErasureHead comparison on Amazon, Covertype subset and KC House with n = 30:
     uncoded, frc, cyclic, erasurehead (K = 15, r ∈ {2, 3}: r | n), plus ignore-stragglers,
-    simulated (and with --real as local worker processes via client.local.run_local);
+    simulated (and with --real as local worker processes via codedgd.client.local.run_local);
 (c) simulated and real time per round of each policy, side by side, with their ratio.
 
 Policies that are not in this checkout (or reject the parameters below) are listed as
@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from services.errors import CodedGDError
-from services.job import Component, JobConfig
-from services.reports import RoundRecord, write_results
-from services.sim import CostModel, simulate
-from services.sim.closed_forms import frc_mean, rth_arrival_mean, uncoded_mean
+from codedgd.services.errors import CodedGDError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord, write_results
+from codedgd.services.sim import CostModel, simulate
+from codedgd.services.sim.closed_forms import frc_mean, rth_arrival_mean, uncoded_mean
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "results" / "repro"  # raw result files of every run (not for docs/)
@@ -77,7 +77,7 @@ def log(text: str) -> None:
 
 
 def part_a(out: Path, rounds: int) -> str:
-    from services.policies import names
+    from codedgd.services.policies import names
 
     rows: list[dict[str, Any]] = []
     available = set(names())
@@ -151,7 +151,7 @@ def part_a(out: Path, rounds: int) -> str:
 
 
 def _plot_closed_forms(rows: Sequence[dict[str, Any]], img: Path) -> None:
-    from services.report.plots import _pyplot
+    from codedgd.services.report.plots import _pyplot
 
     plt = _pyplot()
     img.mkdir(parents=True, exist_ok=True)
@@ -228,7 +228,7 @@ def run_simulated(config: JobConfig, label: str, path: Path, data_dir: str) -> O
 
 
 def run_real(config: JobConfig, label: str, path: Path, data_dir: str) -> Outcome:
-    from client.local import run_local
+    from codedgd.client.local import run_local
 
     try:
         started = time.perf_counter()
@@ -241,7 +241,7 @@ def run_real(config: JobConfig, label: str, path: Path, data_dir: str) -> Outcom
 
 def part_b(out: Path, data_dir: str, rounds: int, mean_delay: float) -> str:
     """(b) simulated: every policy on every dataset, one report per dataset."""
-    from services.report import build_report
+    from codedgd.services.report import build_report
 
     sections: list[str] = []
     for dataset, model, _ in DATASETS:
@@ -281,7 +281,7 @@ def part_b(out: Path, data_dir: str, rounds: int, mean_delay: float) -> str:
 
 
 def part_c(out: Path, rounds: int, mean_delay: float, n: int, data_dir: str) -> str:
-    from services.policies import names
+    from codedgd.services.policies import names
 
     available = set(names())
     policies = [
@@ -334,7 +334,7 @@ def part_c(out: Path, rounds: int, mean_delay: float, n: int, data_dir: str) -> 
 
 def _sim_of_real_b(data_dir: str) -> str:
     """The real runs of (b), if any, simulated with the same job: time per round side by side."""
-    from services.reports import read_results
+    from codedgd.services.reports import read_results
 
     lines = [
         "The real-process runs of (b) (n = 30 on this 2-core machine), each simulated with "
@@ -504,7 +504,7 @@ def write_results_md(out: Path, sections: dict[str, str]) -> Path:
 def _part_b_real(out: Path, data_dir: str, rounds: int, mean_delay: float) -> str:
     """(b) as real local worker processes (uses the same configs with fewer rounds)."""
     sections: list[str] = []
-    from services.report import build_report
+    from codedgd.services.report import build_report
 
     for dataset, model, _ in DATASETS:
         outcomes = []

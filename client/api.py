@@ -19,13 +19,13 @@ from types import TracebackType
 import grpc
 from grpc import aio
 
-from services.errors import CodedGDError, ConfigError, JobFailed
-from services.job import JobConfig
-from services.proto import codedgd_pb2 as pb
-from services.proto import codedgd_pb2_grpc as pb_grpc
-from services.reports import RoundRecord
-from services.security import Security
-from services.wire import GRPC_OPTIONS
+from codedgd.services.errors import CodedGDError, ConfigError, JobFailed
+from codedgd.services.job import JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.proto import codedgd_pb2_grpc as pb_grpc
+from codedgd.services.reports import RoundRecord
+from codedgd.services.security import Security
+from codedgd.services.wire import GRPC_OPTIONS
 
 
 class CoordinatorUnavailable(CodedGDError):

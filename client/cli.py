@@ -32,9 +32,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.errors import CodedGDError, ConfigError, JobFailed
-from services.job import Component, JobConfig
-from services.reports import RoundRecord, write_results
+from codedgd.services.errors import CodedGDError, ConfigError, JobFailed
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord, write_results
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 EPILOG = (
@@ -287,7 +287,7 @@ def add_security_arguments(p: argparse.ArgumentParser, *, server: bool) -> None:
 
 
 def _security(args: argparse.Namespace) -> Any:
-    from services.security import Security
+    from codedgd.services.security import Security
 
     return Security.from_options(
         token=args.token,
@@ -303,8 +303,8 @@ def _security(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from client.local import LocalRun, run_local
-    from client.progress import Progress
+    from codedgd.client.local import LocalRun, run_local
+    from codedgd.client.progress import Progress
 
     config = job_from_args(args)
     out = Path(args.output) if args.output else _default_output(config)
@@ -519,8 +519,8 @@ def _default_output(config: JobConfig) -> Path:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
-    from services.address import UNIX_PREFIXES, parse_address
-    from services.coordinator.server import CoordinatorServer, serve_forever
+    from codedgd.services.address import UNIX_PREFIXES, parse_address
+    from codedgd.services.coordinator.server import CoordinatorServer, serve_forever
 
     security = _security(args)
     # A malformed --listen is refused before the warning below speaks of it.
@@ -560,7 +560,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from services.worker.agent import WorkerAgent, WorkerOptions
+    from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
 
     options = WorkerOptions(
         coordinator=args.coordinator,
@@ -578,7 +578,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, agent.stop)
         if args.metrics_port is not None:
-            from services.worker.metrics import serve_worker_metrics
+            from codedgd.services.worker.metrics import serve_worker_metrics
 
             serve_worker_metrics(agent, args.metrics_port)
         await agent.run()
@@ -588,7 +588,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from client.api import Client
+    from codedgd.client.api import Client
 
     return Client(args.coordinator, _security(args))
 
@@ -638,7 +638,7 @@ async def _watch(
     progress: bool,
 ) -> int:
     """Follow a job's rounds; with ``output``, write them (and how the job ended) there."""
-    from client.progress import Progress
+    from codedgd.client.progress import Progress
 
     bar = Progress(rounds, enabled=progress)
     records: list[RoundRecord] = []
@@ -700,7 +700,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
-    from services.policies import names, policy_class
+    from codedgd.services.policies import names, policy_class
 
     for name in names():
         cls = policy_class(name)
@@ -712,7 +712,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
 
 def cmd_stragglers(args: argparse.Namespace) -> int:
-    from services.stragglers import STRAGGLER_MODELS
+    from codedgd.services.stragglers import STRAGGLER_MODELS
 
     for name, info in STRAGGLER_MODELS.items():
         print(name)
@@ -880,8 +880,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_stragglers)
 
     # Commands that live in their own modules.
-    from client.health import add_parser as add_health_parser
-    from client.sim_cli import add_report_parser, add_simulate_parser
+    from codedgd.client.health import add_parser as add_health_parser
+    from codedgd.client.sim_cli import add_report_parser, add_simulate_parser
 
     add_simulate_parser(sub)
     add_report_parser(sub)
@@ -913,7 +913,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.command in ("run", "coordinator", "worker"):
-        from services.allocator import keep_freed_memory
+        from codedgd.services.allocator import keep_freed_memory
 
         keep_freed_memory()
     try:

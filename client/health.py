@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from services.errors import CodedGDError
+from codedgd.services.errors import CodedGDError
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 DEFAULT_WORKER_METRICS_PORT = 9101
@@ -84,7 +84,7 @@ async def coordinator_status(
     """
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from services.security import Security
+    from codedgd.services.security import Security
 
     channel = (security or Security()).channel(address)
     try:
@@ -138,7 +138,7 @@ def _probe_worker(port: int, timeout: float) -> int:
 def _probe_coordinator(args: argparse.Namespace) -> int:
     import grpc
 
-    from services.security import Security
+    from codedgd.services.security import Security
 
     security = Security.from_options(
         tls_ca=args.tls_ca,
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m client.health``: the same probe without the rest of the CLI."""
     parser = argparse.ArgumentParser(prog="codedgd")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    from client.cli import apply_env_defaults, check_env
+    from codedgd.client.cli import apply_env_defaults, check_env
 
     env_errors = apply_env_defaults(parser)
     args = parser.parse_args(["health", *(argv if argv is not None else sys.argv[1:])])

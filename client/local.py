@@ -2,7 +2,7 @@
 
 The coordinator runs in this process on an ephemeral loopback port with a fresh
 random token, so no other process on the machine can join; the workers are
-separate OS processes (``python -m client.cli worker``), exactly as on a cluster,
+separate OS processes (``python -m codedgd.client.cli worker``), exactly as on a cluster,
 each limited to one BLAS thread so n workers share the cores fairly.
 """
 
@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from services import allocator
-from services.coordinator.server import CoordinatorServer, uninterrupted
-from services.errors import ConfigError, JobFailed
-from services.job import JobConfig
-from services.reports import RoundRecord
-from services.security import TOKEN_ENV, Security
+from codedgd.services import allocator
+from codedgd.services.coordinator.server import CoordinatorServer, uninterrupted
+from codedgd.services.errors import ConfigError, JobFailed
+from codedgd.services.job import JobConfig
+from codedgd.services.reports import RoundRecord
+from codedgd.services.security import TOKEN_ENV, Security
 
 SINGLE_THREAD_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
@@ -110,7 +110,7 @@ async def run_local(
             args = [
                 sys.executable,
                 "-m",
-                "client.cli",
+                "codedgd.client.cli",
                 "worker",
                 "--coordinator",
                 f"{LOOPBACK}:{server.port}",

@@ -7,7 +7,7 @@ import sys
 
 from tqdm import tqdm
 
-from services.reports import RoundRecord
+from codedgd.services.reports import RoundRecord
 
 
 class Progress:

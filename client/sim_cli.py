@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from client.cli import EPILOG, add_job_arguments, job_from_args
-from services.errors import ConfigError, JobFailed
-from services.job import Component, JobConfig
-from services.reports import RoundRecord
+from codedgd.client.cli import EPILOG, add_job_arguments, job_from_args
+from codedgd.services.errors import ConfigError, JobFailed
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord
 
 
 def _float_or_inf(text: str) -> float:
@@ -139,7 +139,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cost_from_args(args: argparse.Namespace) -> Any:
-    from services.sim.cost import CostModel
+    from codedgd.services.sim.cost import CostModel
 
     if args.ideal:
         return CostModel.ideal()
@@ -163,7 +163,7 @@ def _default_output(config: JobConfig) -> Path:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from client.cli import (
+    from codedgd.client.cli import (
         _summary_line,
         check_output,
         save_unfinished,
@@ -171,9 +171,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         summarize,
         write_result_pair,
     )
-    from client.progress import Progress
-    from services.sim import Simulator
-    from services.sim.trace import trace_from_results, write_trace
+    from codedgd.client.progress import Progress
+    from codedgd.services.sim import Simulator
+    from codedgd.services.sim.trace import trace_from_results, write_trace
 
     config = job_from_args(args)
     cost = cost_from_args(args)
@@ -275,7 +275,7 @@ def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from services.report import build_report
+    from codedgd.services.report import build_report
 
     if args.label and len(args.label) != len(args.results):
         raise ConfigError(f"{len(args.label)} --label(s) for {len(args.results)} result file(s)")

@@ -1,5 +1,5 @@
 """codedgd server side: coordinator, worker, policies, codes, models, data, simulator.
 
-Everything a user configures is described by :class:`services.job.JobConfig`;
+Everything a user configures is described by :class:`codedgd.services.job.JobConfig`;
 the public entry points live in the ``client`` package.
 """

@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from services.errors import ConfigError
+from codedgd.services.errors import ConfigError
 
 UNIX_PREFIXES = ("unix:", "unix-abstract:")
 _EXAMPLES = "e.g. 0.0.0.0:50051, 127.0.0.1:50051 or [::]:50051"

@@ -32,7 +32,7 @@ from typing import Generic, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from services.errors import WireError
+from codedgd.services.errors import WireError
 
 M = TypeVar("M", bound=Message)
 Path = tuple[int, ...]

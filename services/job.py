@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.errors import ConfigError
+from codedgd.services.errors import ConfigError
 
 SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from services.errors import ConfigError, JobFailed
+from codedgd.services.errors import ConfigError, JobFailed
 
 SCHEDULES: dict[str, str] = {
     "constant": "η_t = lr",
@@ -231,7 +231,7 @@ def create_optimizer(
     ``options`` keys: see :data:`OPTIONS`; values may be strings as typed on a
     command line. ``lr = "auto"`` (the default) means 1/L for the smoothness
     constant L of the full objective, which the caller passes as ``smoothness``
-    (see :func:`services.models.objective_smoothness`).
+    (see :func:`codedgd.services.models.objective_smoothness`).
     """
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from services.errors import ConfigError
-from services.proto import codedgd_pb2 as pb
+from codedgd.services.errors import ConfigError
+from codedgd.services.proto import codedgd_pb2 as pb
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class RoundRecord:
     cancelled: int  # workers sent Cancel
     late_dropped: int  # results of earlier rounds dropped while this round ran
     # Per-worker timings of the results offered to the policy this round (a delay trace
-    # can be made from them, see services.sim.trace): worker → seconds from the broadcast
+    # can be made from them, see codedgd.services.sim.trace): worker → seconds from the broadcast
     # of θ_t to the result's arrival, and worker → its reported compute seconds.
     # Empty when not recorded (older files, the wire's RoundReport).
     response_seconds: Mapping[int, float] = field(default_factory=dict)

@@ -25,8 +25,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from services.address import bind_failure
-from services.errors import ConfigError
+from codedgd.services.address import bind_failure
+from codedgd.services.errors import ConfigError
 
 TOKEN_ENV = "CODEDGD_TOKEN"
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})

@@ -16,16 +16,16 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import Message
 
-from services.errors import WireError
-from services.framing import ALIGN, Path, field_path, serialize
-from services.proto import codedgd_pb2 as pb
+from codedgd.services.errors import WireError
+from codedgd.services.framing import ALIGN, Path, field_path, serialize
+from codedgd.services.proto import codedgd_pb2 as pb
 
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
 # Both ends set these explicitly: a chunk plus framing always fits.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 ALLOWED_DTYPES = frozenset({"<f8", "<f4", "<i8", "<i4", "<u4", "<u8", "|u1", "|b1"})
 
-# Where the tensor bytes sit in the stream messages (see services.framing).
+# Where the tensor bytes sit in the stream messages (see codedgd.services.framing).
 RESULT_DATA = field_path(pb.WorkerMessage, "result.payload.data")
 THETA_DATA = field_path(pb.CoordinatorMessage, "round.theta.data")
 PARTITION_DATA = field_path(pb.CoordinatorMessage, "data.chunk.data")
@@ -38,7 +38,7 @@ def framed(envelope: Message, path: Path, data: bytes | memoryview) -> bytes:
     """``envelope`` serialized with its chunk's ``data`` on ``path``, aligned for the receiver.
 
     The chunk's other fields must already be set (:meth:`Chunk.fill` with
-    ``with_data=False``); see :mod:`services.framing`.
+    ``with_data=False``); see :mod:`codedgd.services.framing`.
     """
     return serialize(envelope, path, data, pad_field=PAD_FIELD)
 
@@ -214,7 +214,7 @@ class Assembler:
         """Add the next chunk; return the array once the last chunk arrived.
 
         ``data`` is the chunk's bytes when they travelled outside the parsed message
-        (:func:`services.framing.parse`); otherwise ``chunk.data`` is used.
+        (:func:`codedgd.services.framing.parse`); otherwise ``chunk.data`` is used.
         """
         if chunk.key != self.key:
             raise WireError(f"expected a chunk of tensor {self.key!r}, got {chunk.key!r}")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.coordinator.server import CoordinatorServer
-from services.security import TOKEN_ENV, Security
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.security import TOKEN_ENV, Security
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ async def coordinator() -> AsyncIterator[CoordinatorServer]:
 
 
 class WorkerProcesses:
-    """Worker OS processes (`python -m client.cli worker`) attached to a coordinator."""
+    """Worker OS processes (`python -m codedgd.client.cli worker`) attached to a coordinator."""
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -65,7 +65,7 @@ class WorkerProcesses:
                 [
                     sys.executable,
                     "-m",
-                    "client.cli",
+                    "codedgd.client.cli",
                     "worker",
                     "--coordinator",
                     f"127.0.0.1:{port}",

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from services import allocator
+from codedgd.services import allocator
 
-PROBE = "from services.allocator import keep_freed_memory; print(keep_freed_memory())"
+PROBE = "from codedgd.services.allocator import keep_freed_memory; print(keep_freed_memory())"
 
 
 def _probe(env_value: str | None) -> str:
@@ -39,7 +39,7 @@ REUSE_PROBE = """
 import resource
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np
-from services.allocator import keep_freed_memory
+from codedgd.services.allocator import keep_freed_memory
 assert keep_freed_memory()
 pool = ThreadPoolExecutor(1)
 faults = []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from client.cli import apply_env_defaults, build_parser, check_env, env_name, job_from_args
-from client.local import worker_environment
-from services.errors import ConfigError
-from services.security import TOKEN_ENV
+from codedgd.client.cli import apply_env_defaults, build_parser, check_env, env_name, job_from_args
+from codedgd.client.local import worker_environment
+from codedgd.services.errors import ConfigError
+from codedgd.services.security import TOKEN_ENV
 
 
 def parse(env: dict[str, str], *argv: str):  # type: ignore[no-untyped-def]

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from client.api import Client, JobState
-from client.cli import _watch, check_output, main, result_paths, summarize
-from services.coordinator.server import CoordinatorServer
-from services.coordinator.service import _validate
-from services.errors import ConfigError, JobFailed
-from services.job import Component, JobConfig
-from services.reports import RoundRecord, read_result_file, write_results
+from codedgd.client.api import Client, JobState
+from codedgd.client.cli import _watch, check_output, main, result_paths, summarize
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.coordinator.service import _validate
+from codedgd.services.errors import ConfigError, JobFailed
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord, read_result_file, write_results
 
 
 def _record(t: int, metric: float = math.nan) -> RoundRecord:
@@ -122,7 +122,7 @@ def test_a_bad_variable_stops_only_commands_with_its_flag(
 
 
 def _job_of(argv: list[str]) -> JobConfig:
-    from client.cli import apply_env_defaults, build_parser, check_env, job_from_args
+    from codedgd.client.cli import apply_env_defaults, build_parser, check_env, job_from_args
 
     parser = build_parser()
     errors = apply_env_defaults(parser)
@@ -149,7 +149,7 @@ def test_zero_partitions_on_the_command_line_is_refused() -> None:
 
 
 def test_verbose_goes_after_the_command_too() -> None:
-    from client.cli import build_parser
+    from codedgd.client.cli import build_parser
 
     assert build_parser().parse_args(["run", "-v"]).verbose == 1
     assert build_parser().parse_args(["-v", "status"]).verbose == 1

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from services.coordinator.metrics import CoordinatorMetrics
-from services.worker.agent import WorkerAgent, WorkerOptions
-from services.worker.metrics import _AgentCollector
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
+from codedgd.services.worker.metrics import _AgentCollector
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "docker/grafana/dashboards/codedgd.json"
 SUFFIXES = ("_bucket", "_count", "_sum", "_created")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.errors import WireError
-from services.framing import field_path, parse, serialize
-from services.proto import codedgd_pb2 as pb
-from services.wire import (
+from codedgd.services.errors import WireError
+from codedgd.services.framing import field_path, parse, serialize
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.wire import (
     ALIGN,
     COORDINATOR_TENSOR_PATHS,
     RESULT_DATA,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.errors import ConfigError
-from services.job import Component, JobConfig
+from codedgd.services.errors import ConfigError
+from codedgd.services.job import Component, JobConfig
 
 
 def test_json_roundtrip_keeps_everything() -> None:

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from services.coordinator import runner
-from services.coordinator.metrics import CoordinatorMetrics
-from services.coordinator.runner import JobRun
-from services.coordinator.sessions import Sessions
-from services.job import JobConfig
+from codedgd.services.coordinator import runner
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.runner import JobRun
+from codedgd.services.coordinator.sessions import Sessions
+from codedgd.services.job import JobConfig
 
 
 async def test_a_change_published_before_the_waiting_task_runs_is_not_missed() -> None:

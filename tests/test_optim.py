@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from services.errors import ConfigError, JobFailed
-from services.optim import Optimizer, check_converging, create_optimizer
-from services.policies import create
+from codedgd.services.errors import ConfigError, JobFailed
+from codedgd.services.optim import Optimizer, check_converging, create_optimizer
+from codedgd.services.policies import create
 
 
 def _quadratic(eigenvalues: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -29,11 +29,3 @@ def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
         assert (tmp_path / name).read_text() == (committed / name).read_text(), (
             f"services/proto/{name} is stale: run python scripts/gen_protos.py"
         )
-
-
-def test_every_package_is_packaged() -> None:
-    """Every directory with Python modules under services/ and client/ is a package."""
-    for top in ("services", "client"):
-        for d in (ROOT / top).rglob("*"):
-            if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")):
-                assert (d / "__init__.py").exists(), f"{d} lacks __init__.py: it would not install"

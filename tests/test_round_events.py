@@ -10,16 +10,16 @@ import time
 import numpy as np
 import pytest
 
-from services.coordinator.metrics import CoordinatorMetrics
-from services.coordinator.runner import JobRun, _Arrival, _Lost, _Outcome, _Replaced
-from services.coordinator.sessions import Sessions, WorkerSession
-from services.errors import JobFailed
-from services.job import JobConfig
-from services.policies import Policy, create
-from services.policies.base import Estimate, JobContext, Plan, RoundSpec
-from services.policies.lag import LagCoded
-from services.proto import codedgd_pb2 as pb
-from services.wire import tensor_chunks
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.runner import JobRun, _Arrival, _Lost, _Outcome, _Replaced
+from codedgd.services.coordinator.sessions import Sessions, WorkerSession
+from codedgd.services.errors import JobFailed
+from codedgd.services.job import JobConfig
+from codedgd.services.policies import Policy, create
+from codedgd.services.policies.base import Estimate, JobContext, Plan, RoundSpec
+from codedgd.services.policies.lag import LagCoded
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.wire import tensor_chunks
 from tests.policies.test_rounds import DEGENERATE_B
 
 DIM = 6

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.coordinator.sessions import Sessions
+from codedgd.services.coordinator.sessions import Sessions
 
 
 async def test_a_second_worker_with_a_name_in_use_gets_a_distinct_one() -> None:

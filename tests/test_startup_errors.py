@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from client.cli import main
-from client.local import run_local
-from services.coordinator.server import CoordinatorServer
-from services.coordinator.service import CoordinatorService
-from services.errors import ConfigError
-from services.job import Component, JobConfig
-from services.security import Security
+from codedgd.client.cli import main
+from codedgd.client.local import run_local
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.coordinator.service import CoordinatorService
+from codedgd.services.errors import ConfigError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.security import Security
 from tests.e2e.test_security import _make_ca_and_cert
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "client.cli", *args],
+        [sys.executable, "-m", "codedgd.client.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

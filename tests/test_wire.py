@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.errors import WireError
-from services.proto import codedgd_pb2 as pb
-from services.wire import Assembler, tensor_chunks, to_array
+from codedgd.services.errors import WireError
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.wire import Assembler, tensor_chunks, to_array
 
 
 @pytest.mark.parametrize("size,chunk", [(0, 64), (1, 64), (1000, 64), (1000, 8000), (1001, 24)])

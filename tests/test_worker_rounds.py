@@ -14,14 +14,14 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from services.errors import DataError
-from services.framing import parse
-from services.models import LogisticRegression
-from services.proto import codedgd_pb2 as pb
-from services.wire import THETA_DATA, WORKER_TENSOR_PATHS, Assembler, chunks, framed
-from services.worker import agent as worker_agent
-from services.worker.agent import WorkerAgent, WorkerOptions, _Job, _Upload
-from services.worker.compute import Computer, PartitionRows
+from codedgd.services.errors import DataError
+from codedgd.services.framing import parse
+from codedgd.services.models import LogisticRegression
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.wire import THETA_DATA, WORKER_TENSOR_PATHS, Assembler, chunks, framed
+from codedgd.services.worker import agent as worker_agent
+from codedgd.services.worker.agent import WorkerAgent, WorkerOptions, _Job, _Upload
+from codedgd.services.worker.compute import Computer, PartitionRows
 
 DIM = 6
 

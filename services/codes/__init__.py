@@ -1,6 +1,6 @@
 """Coding math for gradient codes, pure numpy: importable and testable alone."""
 
-from services.codes.cyclic import (
+from codedgd.services.codes.cyclic import (
     H_KINDS,
     LRU,
     CyclicCode,
@@ -12,11 +12,11 @@ from services.codes.cyclic import (
     make_h,
     orthonormal_h,
 )
-from services.codes.encoding import chunk_length, encode, join_chunks, split_chunks
-from services.codes.erasurehead import early_stop_count, erasure_probability, unbiased_scale
-from services.codes.frc import covered, divisors, frc_groups, frc_matrix, group_of
-from services.codes.group_mds import GroupMDSCode, GroupSolve
-from services.codes.polynomial import (
+from codedgd.services.codes.encoding import chunk_length, encode, join_chunks, split_chunks
+from codedgd.services.codes.erasurehead import early_stop_count, erasure_probability, unbiased_scale
+from codedgd.services.codes.frc import covered, divisors, frc_groups, frc_matrix, group_of
+from codedgd.services.codes.group_mds import GroupMDSCode, GroupSolve
+from codedgd.services.codes.polynomial import (
     POINT_LAYOUTS,
     PolynomialCode,
     PolynomialDecode,

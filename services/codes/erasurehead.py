@@ -1,6 +1,6 @@
 """ErasureHead's approximate gradient code (Wang, Charles, Papailiopoulos, arXiv 1901.09671).
 
-Placement is fractional repetition with group size r (r | n, see :mod:`services.codes.frc`),
+Placement is fractional repetition with group size r (r | n, see :mod:`codedgd.services.codes.frc`),
 coefficients 1. The coordinator stops at the K = ⌈δn⌉-th arrival, or earlier once every
 group has an arrival, and sums one message per covered group; an erased group (none of
 its r members among the arrivals) contributes 0.

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.codes.cyclic import LRU
-from services.codes.frc import frc_groups
+from codedgd.services.codes.cyclic import LRU
+from codedgd.services.codes.frc import frc_groups
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class GroupMDSCode:
         A reference decoder for tests and one-off use; the policy decodes from its
         round buffer with the same :meth:`solve` matrices.
         """
-        from services.codes.encoding import chunk_length, join_chunks
+        from codedgd.services.codes.encoding import chunk_length, join_chunks
 
         length = chunk_length(dim, self.m)
         chunks = np.zeros((self.m, length), dtype=np.float64)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.polynomial import chebyshev
 
-from services.codes.cyclic import LRU
+from codedgd.services.codes.cyclic import LRU
 
 POINT_LAYOUTS = ("interleaved", "ordered")
 

@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 from prometheus_client import Histogram
 
-from services.coordinator.metrics import CoordinatorMetrics
-from services.coordinator.sessions import Sessions, WorkerSession
-from services.data import check_owner_partitions, is_generated
-from services.data.dataset import (
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.sessions import Sessions, WorkerSession
+from codedgd.services.data import check_owner_partitions, is_generated
+from codedgd.services.data.dataset import (
     FINGERPRINT_PREFIX,
     Dataset,
     Matrix,
@@ -44,13 +44,13 @@ from services.data.dataset import (
     partition_rows,
     take_rows,
 )
-from services.errors import CodedGDError, ConfigError, DecodeError, JobFailed, WireError
-from services.job import JobConfig
-from services.models.base import Model
-from services.policies.base import Estimate, JobContext, Plan, Policy
-from services.proto import codedgd_pb2 as pb
-from services.reports import RoundRecord
-from services.wire import (
+from codedgd.services.errors import CodedGDError, ConfigError, DecodeError, JobFailed, WireError
+from codedgd.services.job import JobConfig
+from codedgd.services.models.base import Model
+from codedgd.services.policies.base import Estimate, JobContext, Plan, Policy
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.reports import RoundRecord
+from codedgd.services.wire import (
     DEFAULT_CHUNK_BYTES,
     PARTITION_DATA,
     THETA_DATA,
@@ -184,7 +184,7 @@ class JobRun:
         """A Result message from a worker of this job (called by the stream reader).
 
         ``data`` is the payload chunk's bytes when they were kept out of ``result``
-        (:func:`services.framing.parse`).
+        (:func:`codedgd.services.framing.parse`).
         """
         worker = session.index
         if not 0 <= worker < len(self._workers) or self._workers[worker] is not session:
@@ -508,8 +508,8 @@ class JobRun:
         self._events.put_nowait(_Replaced(index, session))
 
     async def _rounds(self, prepared: Prepared) -> None:
-        from services.models import objective
-        from services.optim import check_converging, create_optimizer, objective_gradient
+        from codedgd.services.models import objective
+        from codedgd.services.optim import check_converging, create_optimizer, objective_gradient
 
         cfg = self.config
         ds, model, policy = prepared.dataset, prepared.model, prepared.policy
@@ -852,9 +852,9 @@ def _log_crash(task: asyncio.Task[None]) -> None:
 
 def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
     """Load data, build model and policy, plan, and choose the step size (blocking)."""
-    from services.data import load_dataset
-    from services.models import create_model
-    from services.policies import create
+    from codedgd.services.data import load_dataset
+    from codedgd.services.models import create_model
+    from codedgd.services.policies import create
 
     policy = create(config.policy.name, config.policy.options, seed=config.seed)
     model = create_model(config.model.name, config.model.options)
@@ -880,7 +880,7 @@ def _context(
     config: JobConfig, model: Model, dataset: Dataset, blocks: list[np.ndarray], lr: float
 ) -> JobContext:
     """The policy's view of the loaded job (smoothness computed only when asked)."""
-    from services.optim import create_optimizer
+    from codedgd.services.optim import create_optimizer
 
     n_rows = dataset.n_train
 

@@ -20,27 +20,27 @@ import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.address import (
+from codedgd.services.address import (
     UNIX_PREFIXES,
     check_bindable,
     check_metrics_port,
     parse_address,
     serve_metrics,
 )
-from services.coordinator.metrics import CoordinatorMetrics
-from services.coordinator.service import CoordinatorService
-from services.errors import ConfigError
-from services.framing import frame_reader, to_wire
-from services.proto import codedgd_pb2 as pb
-from services.security import Security
-from services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.service import CoordinatorService
+from codedgd.services.errors import ConfigError
+from codedgd.services.framing import frame_reader, to_wire
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.security import Security
+from codedgd.services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
 
 log = logging.getLogger("codedgd.coordinator")
 SERVICE_NAME = "codedgd.v1.Coordinator"
 T = TypeVar("T")
 
 
-# Results' gradient bytes stay views of the received frame (services.framing).
+# Results' gradient bytes stay views of the received frame (codedgd.services.framing).
 _worker_frame = frame_reader(pb.WorkerMessage, WORKER_TENSOR_PATHS)
 
 

@@ -19,13 +19,13 @@ import grpc
 import numpy as np
 from grpc import aio
 
-from services.coordinator.metrics import CoordinatorMetrics
-from services.coordinator.runner import JobRun
-from services.coordinator.sessions import Sessions, WorkerSession
-from services.errors import CodedGDError, ConfigError, WireError
-from services.framing import Frame
-from services.job import JobConfig
-from services.proto import codedgd_pb2 as pb
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.runner import JobRun
+from codedgd.services.coordinator.sessions import Sessions, WorkerSession
+from codedgd.services.errors import CodedGDError, ConfigError, WireError
+from codedgd.services.framing import Frame
+from codedgd.services.job import JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
 
 log = logging.getLogger("codedgd.coordinator")
 PROTOCOL = "codedgd.v1"
@@ -304,9 +304,9 @@ def _status(job: JobRun) -> pb.JobStatus:
 
 def _validate(config: JobConfig, data_dir: str | None) -> None:
     """Checks that need no data: names, parameters, the plan for n (fast; raises ConfigError)."""
-    from services.models import create_model
-    from services.policies import create
-    from services.stragglers import create_straggler_model
+    from codedgd.services.models import create_model
+    from codedgd.services.policies import create
+    from codedgd.services.stragglers import create_straggler_model
 
     policy = create(config.policy.name, config.policy.options, seed=config.seed)
     k = config.partitions or policy.default_partitions(config.workers)
@@ -317,7 +317,7 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
         seed=config.seed,
         n_workers=config.workers,
     )
-    from services.data import (
+    from codedgd.services.data import (
         check_dataset_options,
         check_owner_partitions,
         data_owners,
@@ -338,6 +338,6 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
         )
     # The step size, schedule and the rest, checked now rather than when the job starts
     # (L = 1 stands in for the data's smoothness: lr = "auto" is always valid here).
-    from services.optim import create_optimizer
+    from codedgd.services.optim import create_optimizer
 
     create_optimizer(config.optimizer, np.zeros(1), smoothness=1.0)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.proto import codedgd_pb2 as pb
+from codedgd.services.proto import codedgd_pb2 as pb
 
 Outgoing = pb.CoordinatorMessage | bytes
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from services.data.dataset import Dataset, partition_rows, take_rows
-from services.data.lag_synthetic import check_lag_synthetic, make_lag_synthetic
-from services.data.synthetic import check_synthetic, is_real, make_synthetic
-from services.errors import ConfigError, DataError
+from codedgd.services.data.dataset import Dataset, partition_rows, take_rows
+from codedgd.services.data.lag_synthetic import check_lag_synthetic, make_lag_synthetic
+from codedgd.services.data.synthetic import check_synthetic, is_real, make_synthetic
+from codedgd.services.errors import ConfigError, DataError
 
 DATA_DIR_ENV = "CODEDGD_DATA_DIR"
 
@@ -64,7 +64,7 @@ def resolve_data_dir(explicit: str | Path | None) -> Path:
 
 
 def _loaders() -> dict[str, Callable[..., Dataset]]:
-    from services.data import loaders
+    from codedgd.services.data import loaders
 
     return {
         "amazon": loaders.load_amazon,

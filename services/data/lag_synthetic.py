@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.data.dataset import Dataset
-from services.data.synthetic import is_int, is_real
-from services.errors import ConfigError
+from codedgd.services.data.dataset import Dataset
+from codedgd.services.data.synthetic import is_int, is_real
+from codedgd.services.errors import ConfigError
 
 
 def check_lag_synthetic(*, workers: int, dim: int, growth: float, noise: float) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from services.data.dataset import Dataset, Matrix, take_rows
-from services.errors import DataError
+from codedgd.services.data.dataset import Dataset, Matrix, take_rows
+from codedgd.services.errors import DataError
 
 AMAZON_FILE = Path("amazon_employee_access") / "train.csv.gz"
 COVTYPE_FILE = Path("covtype_ramp_subset") / "test.csv.gz"

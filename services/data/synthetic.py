@@ -12,8 +12,8 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
-from services.data.dataset import Dataset, Matrix, take_rows
-from services.errors import ConfigError
+from codedgd.services.data.dataset import Dataset, Matrix, take_rows
+from codedgd.services.errors import ConfigError
 
 
 def check_synthetic(

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from services.data.dataset import Matrix
-from services.errors import ConfigError
-from services.models.base import Model
-from services.models.least_squares import LeastSquares
-from services.models.logistic import LogisticRegression, roc_auc
+from codedgd.services.data.dataset import Matrix
+from codedgd.services.errors import ConfigError
+from codedgd.services.models.base import Model
+from codedgd.services.models.least_squares import LeastSquares
+from codedgd.services.models.logistic import LogisticRegression, roc_auc
 
 __all__ = [
     "MODELS",

@@ -14,8 +14,8 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from services.data.dataset import Matrix
-from services.models.block import BlockGradient
+from codedgd.services.data.dataset import Matrix
+from codedgd.services.models.block import BlockGradient
 
 
 class Model(Protocol):

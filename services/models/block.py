@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from services.data.dataset import Matrix
-from services.errors import DataError
+from codedgd.services.data.dataset import Matrix
+from codedgd.services.errors import DataError
 
 # Overwrites z = Xθ with the residual r (same length as y), in place.
 Link = Callable[[np.ndarray, np.ndarray], None]

@@ -3,7 +3,7 @@
 Besides :class:`LeastSquares`, this module holds what the linear models share:
 :func:`gram_lambda_max`, which computes λ_max(XᵀX) = σ_max(X)², the smoothness
 constant behind ``lr = "auto"`` and LAG's thresholds, without forming XᵀX, and the
-shape checks. The gradient Xᵀr itself is computed by :mod:`services.models.block`.
+shape checks. The gradient Xᵀr itself is computed by :mod:`codedgd.services.models.block`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from services.data.dataset import Matrix
-from services.errors import ConfigError, DataError
-from services.models.block import BlockGradient
+from codedgd.services.data.dataset import Matrix
+from codedgd.services.errors import ConfigError, DataError
+from codedgd.services.models.block import BlockGradient
 
 # Below this many rows (or columns) the smaller Gram matrix is formed densely and
 # solved exactly: faster than Lanczos and free of convergence questions.

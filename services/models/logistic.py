@@ -19,10 +19,10 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from services.data.dataset import Matrix
-from services.errors import ConfigError, DataError
-from services.models.block import BlockGradient
-from services.models.least_squares import as_float_vector, check_shapes, gram_lambda_max
+from codedgd.services.data.dataset import Matrix
+from codedgd.services.errors import ConfigError, DataError
+from codedgd.services.models.block import BlockGradient
+from codedgd.services.models.least_squares import as_float_vector, check_shapes, gram_lambda_max
 
 
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:

@@ -1,16 +1,16 @@
 """Aggregation policies, one module per family, registered by name.
 
-Use :func:`services.policies.registry.create` to build one by the name users type.
+Use :func:`codedgd.services.policies.registry.create` to build one by the name users type.
 """
 
-from services.policies import baselines
-from services.policies import comm_efficient as comm_efficient
-from services.policies import cyclic as cyclic
-from services.policies import erasurehead as erasurehead
-from services.policies import frc as frc
-from services.policies import lag as lag
-from services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan
-from services.policies.registry import create, names, policy_class, register
+from codedgd.services.policies import baselines
+from codedgd.services.policies import comm_efficient as comm_efficient
+from codedgd.services.policies import cyclic as cyclic
+from codedgd.services.policies import erasurehead as erasurehead
+from codedgd.services.policies import frc as frc
+from codedgd.services.policies import lag as lag
+from codedgd.services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan
+from codedgd.services.policies.registry import create, names, policy_class, register
 
 __all__ = [
     "Estimate",

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from services.errors import PlanError
+from codedgd.services.errors import PlanError
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.errors import DecodeError, PlanError
-from services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan, check_n
-from services.policies.registry import register
+from codedgd.services.errors import DecodeError, PlanError
+from codedgd.services.policies.base import (
+    Estimate,
+    Param,
+    Plan,
+    Policy,
+    RoundSpec,
+    WorkerPlan,
+    check_n,
+)
+from codedgd.services.policies.registry import register
 
 
 class _OnePartitionEach(Policy):

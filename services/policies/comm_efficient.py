@@ -2,10 +2,10 @@
 
 - ``group-mds``: groups of d = s+m workers share d partitions; the member at position t
   sends Σ_u Γ[u, t]·G^(u) (Γ Gaussian m×d); exact once every group has m arrivals.
-  See :mod:`services.codes.group_mds`.
+  See :mod:`codedgd.services.codes.group_mds`.
 - ``polynomial``: Ye–Abbe style polynomial code on a cyclic placement with d >= s+m
   partitions per worker; exact from any n − (d − m) arrivals by a Vandermonde solve.
-  See :mod:`services.codes.polynomial`.
+  See :mod:`codedgd.services.codes.polynomial`.
 
 Both keep their messages in an :class:`ArrivalBuffer` and decode with one product of a
 small cached weight matrix and the buffer, then concatenate the m chunks.
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.codes.encoding import chunk_length, join_chunks
-from services.codes.frc import divisors
-from services.codes.group_mds import GroupMDSCode
-from services.codes.polynomial import POINT_LAYOUTS, PolynomialCode
-from services.errors import ConfigError, DecodeError, PlanError
-from services.policies.base import (
+from codedgd.services.codes.encoding import chunk_length, join_chunks
+from codedgd.services.codes.frc import divisors
+from codedgd.services.codes.group_mds import GroupMDSCode
+from codedgd.services.codes.polynomial import POINT_LAYOUTS, PolynomialCode
+from codedgd.services.errors import ConfigError, DecodeError, PlanError
+from codedgd.services.policies.base import (
     Estimate,
     Param,
     Plan,
@@ -30,9 +30,9 @@ from services.policies.base import (
     WorkerPlan,
     check_n,
 )
-from services.policies.cyclic import ArrivalBuffer
-from services.policies.frc import check_one_partition_per_worker, check_payload, nearest
-from services.policies.registry import register
+from codedgd.services.policies.cyclic import ArrivalBuffer
+from codedgd.services.policies.frc import check_one_partition_per_worker, check_payload, nearest
+from codedgd.services.policies.registry import register
 
 
 def _check_s_m(name: str, s: int, m: int, n_workers: int) -> None:

@@ -10,16 +10,16 @@ arrival and solves over all arrivals so far (more rows of B can only lower the
 least-squares residual), counted in ``extended_rounds``. Only when no worker is left to
 wait for is the decode refused with a DecodeError (counted in ``residual_errors`` here and
 in the coordinator's decode-error metric): never a silent wrong step.
-See :mod:`services.codes.cyclic`.
+See :mod:`codedgd.services.codes.cyclic`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from services.codes.cyclic import H_KINDS, CyclicCode
-from services.errors import ConfigError, DecodeError, PlanError
-from services.policies.base import (
+from codedgd.services.codes.cyclic import H_KINDS, CyclicCode
+from codedgd.services.errors import ConfigError, DecodeError, PlanError
+from codedgd.services.policies.base import (
     Estimate,
     Param,
     Plan,
@@ -29,8 +29,8 @@ from services.policies.base import (
     WorkerPlan,
     check_n,
 )
-from services.policies.frc import check_one_partition_per_worker, check_payload
-from services.policies.registry import register
+from codedgd.services.policies.frc import check_one_partition_per_worker, check_payload
+from codedgd.services.policies.registry import register
 
 
 class ArrivalBuffer:

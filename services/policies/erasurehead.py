@@ -4,19 +4,19 @@ Groups of r workers share r partitions; the round stops at the K = ⌈δn⌉-th 
 soon as every group has one; the estimate sums one message per covered group (erased
 groups contribute 0) and, by default, divides by 1 − p with p = C(n−r, K)/C(n, K) so it is
 unbiased under an exchangeable finishing order. ``scaled=false`` is the authors' variant
-(no rescaling: a contracted, biased estimate). See :mod:`services.codes.erasurehead`.
+(no rescaling: a contracted, biased estimate). See :mod:`codedgd.services.codes.erasurehead`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from services.codes.erasurehead import early_stop_count, erasure_probability
-from services.codes.frc import divisors
-from services.errors import ConfigError, DecodeError, PlanError
-from services.policies.base import Estimate, Param, Plan, RoundSpec, check_n
-from services.policies.frc import GroupSum, check_one_partition_per_worker, nearest
-from services.policies.registry import register
+from codedgd.services.codes.erasurehead import early_stop_count, erasure_probability
+from codedgd.services.codes.frc import divisors
+from codedgd.services.errors import ConfigError, DecodeError, PlanError
+from codedgd.services.policies.base import Estimate, Param, Plan, RoundSpec, check_n
+from codedgd.services.policies.frc import GroupSum, check_one_partition_per_worker, nearest
+from codedgd.services.policies.registry import register
 
 
 @register

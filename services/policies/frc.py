@@ -2,7 +2,7 @@
 
 Groups of s+1 consecutive workers hold the same s+1 partitions and send their plain
 sum; the round is decodable once every group has an arrival, and the estimate is the
-sum of one message per group. See :mod:`services.codes.frc` and SCHEMES.md.
+sum of one message per group. See :mod:`codedgd.services.codes.frc` and SCHEMES.md.
 """
 
 from __future__ import annotations
@@ -11,10 +11,18 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from services.codes.frc import divisors, frc_groups
-from services.errors import DecodeError, PlanError
-from services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan, check_n
-from services.policies.registry import register
+from codedgd.services.codes.frc import divisors, frc_groups
+from codedgd.services.errors import DecodeError, PlanError
+from codedgd.services.policies.base import (
+    Estimate,
+    Param,
+    Plan,
+    Policy,
+    RoundSpec,
+    WorkerPlan,
+    check_n,
+)
+from codedgd.services.policies.registry import register
 
 
 def nearest(choices: Iterable[int], asked: int, count: int = 4) -> str:

@@ -7,8 +7,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from services.errors import ConfigError
-from services.policies.base import Param, Policy
+from codedgd.services.errors import ConfigError
+from codedgd.services.policies.base import Param, Policy
 
 _REGISTRY: dict[str, type[Policy]] = {}
 
@@ -85,4 +85,4 @@ def create(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0)
 
 def _load_builtins() -> None:
     # Importing the package registers every built-in policy module.
-    import services.policies  # noqa: F401
+    import codedgd.services.policies  # noqa: F401

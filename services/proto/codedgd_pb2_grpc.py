@@ -4,7 +4,7 @@
 import grpc
 import warnings
 
-from services.proto import codedgd_pb2 as codedgd_dot_v1_dot_codedgd__pb2
+from codedgd.services.proto import codedgd_pb2 as codedgd_dot_v1_dot_codedgd__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

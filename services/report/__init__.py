@@ -1,8 +1,8 @@
 """`codedgd report`: figures and a time-to-target table from result files.
 
 :func:`build_report` reads one or more result files (``codedgd run`` or
-``codedgd simulate`` JSON), computes the table (:mod:`services.report.summary`),
-draws the figures (:mod:`services.report.plots`, needs matplotlib: the
+``codedgd simulate`` JSON), computes the table (:mod:`codedgd.services.report.summary`),
+draws the figures (:mod:`codedgd.services.report.plots`, needs matplotlib: the
 ``report`` extra) and writes ``report.md`` (table and figures) and
 ``report.json`` (the table's numbers at full precision) beside them.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from services.report.summary import (
+from codedgd.services.report.summary import (
     Report,
     Run,
     load_runs,
@@ -55,7 +55,7 @@ def build_report(
     title: str = "codedgd report",
 ) -> ReportFiles:
     """Write the figures, ``report.md`` and ``report.json`` into ``out_dir``."""
-    from services.report.plots import write_figures
+    from codedgd.services.report.plots import write_figures
 
     runs = load_runs(paths, labels)
     report = summarize_runs(runs, target_loss=target_loss, baseline=baseline)

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.errors import ConfigError
-from services.report.summary import Run
+from codedgd.services.errors import ConfigError
+from codedgd.services.report.summary import Run
 
 FORMATS = ("png", "svg")
 

@@ -1,7 +1,7 @@
 """The numbers of a report: runs read from result files, time to target, speedups.
 
 Pure Python (no matplotlib): the table is computed here and only drawn by
-:mod:`services.report.plots`.
+:mod:`codedgd.services.report.plots`.
 
 Definitions (also printed under the table):
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from services.errors import ConfigError
-from services.reports import RoundRecord, read_result_file
+from codedgd.services.errors import ConfigError
+from codedgd.services.reports import RoundRecord, read_result_file
 
 # The default target stops this fraction short of the lowest loss every run reaches, so
 # time to target measures convergence, not the length of the slowest run.

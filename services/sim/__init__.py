@@ -5,9 +5,14 @@ policy objects, same gradients, same optimizer) but takes round times from a
 :class:`CostModel` and the job's straggler model instead of a real cluster.
 """
 
-from services.sim.cost import Calibration, CostModel, calibrate
-from services.sim.engine import SimulationResult, Simulator, simulate
-from services.sim.trace import TraceDelay, trace_from_records, trace_from_results, write_trace
+from codedgd.services.sim.cost import Calibration, CostModel, calibrate
+from codedgd.services.sim.engine import SimulationResult, Simulator, simulate
+from codedgd.services.sim.trace import (
+    TraceDelay,
+    trace_from_records,
+    trace_from_results,
+    write_trace,
+)
 
 __all__ = [
     "Calibration",

@@ -11,7 +11,7 @@ A worker w contacted in round t responds at (virtual seconds after the round sta
 - ``compute_w``: ``seconds_per_sample · rows_w + seconds_per_partition · partitions_w``
   (``compute = "model"``; the two constants are calibrated on this machine when not
   given: :func:`calibrate`), or the measured wall time of the worker's real
-  :class:`~services.worker.compute.Computer` call (``compute = "measured"``), or 0
+  :class:`~codedgd.services.worker.compute.Computer` call (``compute = "measured"``), or 0
   (``compute = "none"``, for closed-form checks).
 - ``delay_w``: the job's straggler model, called exactly as the worker agent calls
   it: ``delay(w, t, compute_w, load_w)``.
@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from services.data.dataset import Matrix
-from services.errors import ConfigError
-from services.models.base import Model
+from codedgd.services.data.dataset import Matrix
+from codedgd.services.errors import ConfigError
+from codedgd.services.models.base import Model
 
 COMPUTE_MODES = ("model", "measured", "none")
 
@@ -166,7 +166,7 @@ def calibrate(
     slope, b the fixed per-call cost (the dense output of a sparse product, say). Both
     are clipped at 0.
     """
-    from services.data.dataset import take_rows
+    from codedgd.services.data.dataset import take_rows
 
     whole = model.block(X, y)
     part = model.block(take_rows(X, block_rows), y[block_rows])

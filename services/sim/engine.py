@@ -1,12 +1,12 @@
 """The discrete-event simulator: the coordinator's round loop on a virtual clock.
 
-It drives the very objects a real job uses: :func:`services.coordinator.runner.prepare`
+It drives the very objects a real job uses: :func:`codedgd.services.coordinator.runner.prepare`
 builds data, model, policy, plan, partitions and step size; every worker's message
-is computed by a real :class:`~services.worker.compute.Computer` on the same
+is computed by a real :class:`~codedgd.services.worker.compute.Computer` on the same
 partition rows and coefficients the coordinator would ship; the straggler model is
 built and called exactly as in the worker agent; the optimizer, the gradient
 ``estimate / N + λθ`` and the evaluation are the runner's. Only the clock differs:
-each contacted worker's arrival time comes from the :class:`~services.sim.cost.CostModel`
+each contacted worker's arrival time comes from the :class:`~codedgd.services.sim.cost.CostModel`
 and the straggler delay, arrivals are offered to the policy in order of virtual time
 until it can decode, and the workers still outstanding are cancelled (they stop and
 cost nothing more).
@@ -17,13 +17,13 @@ known before any gradient is computed and only the workers offered before the ro
 becomes decodable compute anything. ``compute="measured"`` must time every
 contacted worker's real computation first, and so does a round whose parameters carry
 lag-wk's threshold: the trigger needs every contacted worker's message, and each
-simulated worker keeps the same :class:`~services.worker.lazy.LazyUploader` memory as a
+simulated worker keeps the same :class:`~codedgd.services.worker.lazy.LazyUploader` memory as a
 real one (a skipped result arrives after the link latency, with no payload).
 
 A simulated round's time is ``arrival of the decoding message + decode + overhead``;
 evaluation is excluded, as in the real runner. A worker the straggler model ``crash``
 takes down is lost when θ_t reaches it and connects again ``restart`` later to take a
-lost place (:class:`~services.sim.newcomers.Newcomers`), with the runner's rules
+lost place (:class:`~codedgd.services.sim.newcomers.Newcomers`), with the runner's rules
 (``job.replace_timeout``, θ_t to the newcomer if the round still wants its place).
 Where the simulation differs from a real run: no result is late (cancelled workers stop
 at once), a newcomer's messages skip the shared egress and ingress queues, and
@@ -42,19 +42,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.coordinator.runner import (
+from codedgd.services.coordinator.runner import (
     Prepared,
     _evaluate,
     infeasible_message,
     no_replacement_message,
     prepare,
 )
-from services.data.dataset import take_rows
-from services.errors import DecodeError, JobFailed
-from services.job import JobConfig
-from services.policies.base import Estimate
-from services.reports import RoundRecord
-from services.sim.cost import (
+from codedgd.services.data.dataset import take_rows
+from codedgd.services.errors import DecodeError, JobFailed
+from codedgd.services.job import JobConfig
+from codedgd.services.policies.base import Estimate
+from codedgd.services.reports import RoundRecord
+from codedgd.services.sim.cost import (
     Calibration,
     CostModel,
     calibrate,
@@ -62,10 +62,10 @@ from services.sim.cost import (
     join_seconds,
     uplink_arrivals,
 )
-from services.sim.newcomers import Newcomers
-from services.stragglers import StragglerModel, crash_restart, create_straggler_model
-from services.worker.compute import Computer, PartitionRows
-from services.worker.lazy import LazyUploader
+from codedgd.services.sim.newcomers import Newcomers
+from codedgd.services.stragglers import StragglerModel, crash_restart, create_straggler_model
+from codedgd.services.worker.compute import Computer, PartitionRows
+from codedgd.services.worker.lazy import LazyUploader
 
 FLOAT_BYTES = 8
 
@@ -197,8 +197,8 @@ class Simulator:
         on_record: Callable[[RoundRecord], None] | None = None,
         on_round: RoundCallback | None = None,
     ) -> SimulationResult:
-        from services.models import objective
-        from services.optim import check_converging, create_optimizer, objective_gradient
+        from codedgd.services.models import objective
+        from codedgd.services.optim import check_converging, create_optimizer, objective_gradient
 
         started = time.perf_counter()
         cfg, prepared, cost = self.config, self.prepared, self.cost

@@ -1,7 +1,7 @@
 """Delay traces: record per-worker, per-round delays and replay them.
 
 The format (read by the ``trace`` straggler model, :class:`TraceDelay`, registered in
-:mod:`services.stragglers` under the name ``trace``):
+:mod:`codedgd.services.stragglers` under the name ``trace``):
 
 - ``.json``: ``{"delays": [[d_00, d_01, ...], [d_10, ...], ...]}``: row = round,
   column = worker, seconds >= 0, ``null`` where nothing was recorded; a bare list of
@@ -42,9 +42,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from services.errors import ConfigError
-from services.reports import RoundRecord, read_results
-from services.stragglers.models import TraceDelay, load_trace
+from codedgd.services.errors import ConfigError
+from codedgd.services.reports import RoundRecord, read_results
+from codedgd.services.stragglers.models import TraceDelay, load_trace
 
 __all__ = [
     "TraceDelay",

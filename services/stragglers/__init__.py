@@ -3,7 +3,7 @@
 :data:`STRAGGLER_MODELS` describes each model and its parameters for help texts;
 :func:`create_straggler_model` checks names, options and values and names the
 valid choices on a mistake. How draws are seeded: see
-:mod:`services.stragglers.models`.
+:mod:`codedgd.services.stragglers.models`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.errors import ConfigError
-from services.stragglers.base import StragglerModel
-from services.stragglers.models import (
+from codedgd.services.errors import ConfigError
+from codedgd.services.stragglers.base import StragglerModel
+from codedgd.services.stragglers.models import (
     Crash,
     ExponentialDelay,
     FailStop,

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from services.errors import ConfigError, DataError
+from codedgd.services.errors import ConfigError, DataError
 
 STREAM = 0x73747261  # "stra": the domain tag of straggler draws (see module docstring)
 

@@ -28,14 +28,14 @@ import grpc
 import numpy as np
 import scipy.sparse as sp
 
-from services.errors import CodedGDError, DataError, WireError
-from services.framing import frame_reader, to_wire
-from services.job import JobConfig
-from services.proto import codedgd_pb2 as pb
-from services.security import Security
-from services.stragglers import crash_restart
-from services.stragglers.base import StragglerModel
-from services.wire import (
+from codedgd.services.errors import CodedGDError, DataError, WireError
+from codedgd.services.framing import frame_reader, to_wire
+from codedgd.services.job import JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.security import Security
+from codedgd.services.stragglers import crash_restart
+from codedgd.services.stragglers.base import StragglerModel
+from codedgd.services.wire import (
     COORDINATOR_TENSOR_PATHS,
     GRPC_OPTIONS,
     RESULT_DATA,
@@ -45,14 +45,14 @@ from services.wire import (
     framed,
     to_array,
 )
-from services.worker.compute import (
+from codedgd.services.worker.compute import (
     CancelFlag,
     Cancelled,
     Computer,
     ComputeResult,
     PartitionRows,
 )
-from services.worker.lazy import LazyUploader
+from codedgd.services.worker.lazy import LazyUploader
 
 log = logging.getLogger("codedgd.worker")
 PROTOCOL = "codedgd.v1"
@@ -64,7 +64,7 @@ INLINE_COMPUTE_SECONDS = 0.002
 FIRST_CONNECT_TRIES = 3
 
 
-# θ and partition bytes stay views of the received frame (services.framing).
+# θ and partition bytes stay views of the received frame (codedgd.services.framing).
 _coordinator_frame = frame_reader(pb.CoordinatorMessage, COORDINATOR_TENSOR_PATHS)
 
 
@@ -304,7 +304,7 @@ class WorkerAgent:
     # ------------------------------------------------------------ messages
 
     async def _handle(self, message: pb.CoordinatorMessage, data: memoryview | None) -> bool:
-        """React to one message; ``data`` is its tensor chunk's bytes (see services.framing)."""
+        """React to one message; ``data`` is its tensor chunk's bytes (services/framing.py)."""
         kind = message.WhichOneof("kind")
         if kind == "welcome":
             log.info("connected to %s as %s", self.options.coordinator, message.welcome.worker_name)
@@ -368,8 +368,8 @@ class WorkerAgent:
         self._ack(job_id, "")
 
     def _build(self, job: _Job) -> tuple[Computer, StragglerModel]:
-        from services.models import create_model
-        from services.stragglers import create_straggler_model
+        from codedgd.services.models import create_model
+        from codedgd.services.stragglers import create_straggler_model
 
         a = job.assignment
         config = job.config
@@ -413,8 +413,13 @@ class WorkerAgent:
     def _partitions_from_disk(
         self, config: JobConfig, partitions: list[int], k: int, options: dict[str, str]
     ) -> list[PartitionRows]:
-        from services.data import load_dataset
-        from services.data.dataset import FINGERPRINT_PREFIX, fingerprint, partition_rows, take_rows
+        from codedgd.services.data import load_dataset
+        from codedgd.services.data.dataset import (
+            FINGERPRINT_PREFIX,
+            fingerprint,
+            partition_rows,
+            take_rows,
+        )
 
         if self.options.data_dir is None:
             raise WireError("the job loads data on workers but this worker has no --data-dir")

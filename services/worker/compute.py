@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.codes.encoding import encode
-from services.data.dataset import Matrix
-from services.models.base import Model
+from codedgd.services.codes.encoding import encode
+from codedgd.services.data.dataset import Matrix
+from codedgd.services.models.base import Model
 
 
 class Cancelled(Exception):

@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from services.address import serve_metrics
-from services.worker.agent import WorkerAgent
+from codedgd.services.address import serve_metrics
+from codedgd.services.worker.agent import WorkerAgent
 
 
 class _AgentCollector(Collector):
@@ -79,7 +79,7 @@ class _AgentCollector(Collector):
 def serve_worker_metrics(agent: WorkerAgent, port: int, address: str = "0.0.0.0") -> int:
     """Serve the agent's metrics on ``address:port``; the bound port.
 
-    A port out of range or in use is a ConfigError naming it (services.address).
+    A port out of range or in use is a ConfigError naming it (codedgd.services.address).
     """
     registry = CollectorRegistry()
     registry.register(_AgentCollector(agent))

@@ -1,4 +1,4 @@
-"""The coding math alone (services.codes), without policies."""
+"""The coding math alone (codedgd.services.codes), without policies."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from services.codes import (
+from codedgd.services.codes import (
     CyclicCode,
     GroupMDSCode,
     PolynomialCode,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from client.health import coordinator_status
+from codedgd.client.health import coordinator_status
 from tests.containers.support import (
     COMPOSE_FILE,
     ROOT,
@@ -241,7 +241,7 @@ def test_every_dashboard_query_returns_data(stack: Stack) -> None:
 def _cli(stack: Stack, *args: str, token: str | None) -> subprocess.CompletedProcess[str]:
     env = clean_env(**({"CODEDGD_TOKEN": token} if token else {}))
     return subprocess.run(
-        [sys.executable, "-m", "client.cli", *args, "--coordinator", stack.coordinator],
+        [sys.executable, "-m", "codedgd.client.cli", *args, "--coordinator", stack.coordinator],
         env=env,
         capture_output=True,
         text=True,

@@ -166,7 +166,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             check=True,
             capture_output=True,
         )
-        cli = [sys.executable, "-m", "client.cli"]
+        cli = [sys.executable, "-m", "codedgd.client.cli"]
         coord_env = _ec2_env(
             EC2 / "coordinator.env",
             secrets_dir,

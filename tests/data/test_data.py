@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from services.data import check_dataset_options, load_dataset, partition_rows, resolve_data_dir
-from services.errors import ConfigError, DataError
+from codedgd.services.data import (
+    check_dataset_options,
+    load_dataset,
+    partition_rows,
+    resolve_data_dir,
+)
+from codedgd.services.errors import ConfigError, DataError
 
 
 def test_synthetic_is_deterministic_and_learnable() -> None:

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import numpy as np
 from grpc import aio
 
-from services.proto import codedgd_pb2 as pb
-from services.wire import Assembler, tensor_chunks
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.wire import Assembler, tensor_chunks
 
 # Given the round number and θ, return the Result messages to send (or none); bytes
 # are sent as they are, as a frame that need not be protobuf at all.

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def codedgd(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "client.cli", *args],
+        [sys.executable, "-m", "codedgd.client.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd or ROOT,
@@ -110,7 +110,7 @@ def test_policies_lists_parameters() -> None:
 
 
 def test_stragglers_lists_every_model_with_its_options() -> None:
-    from services.stragglers import STRAGGLER_MODELS
+    from codedgd.services.stragglers import STRAGGLER_MODELS
 
     proc = codedgd("stragglers")
     assert proc.returncode == 0
@@ -176,7 +176,7 @@ def test_ctrl_c_and_sigterm_keep_the_rounds_done_so_far(
     args = ["run", "-n", "2", "-r", "1000000", "--data-opt", "rows=200", "--data-opt", "dim=4"]
     args += ["--metrics-port", str(port), "-o", str(out), "--no-progress"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "client.cli", *args],
+        [sys.executable, "-m", "codedgd.client.cli", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from services.coordinator.runner import JobRun
-from services.coordinator.server import CoordinatorServer
-from services.job import Component, JobConfig
+from codedgd.services.coordinator.runner import JobRun
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.job import Component, JobConfig
 from tests.conftest import WorkerProcesses
 
 SYNTH = Component("synthetic", {"rows": 1200, "dim": 20, "task": "classification"})

@@ -8,11 +8,11 @@ import signal
 import numpy as np
 import pytest
 
-from client.api import Client
-from services.coordinator.server import CoordinatorServer
-from services.errors import ConfigError, JobFailed
-from services.job import Component, JobConfig
-from services.proto import codedgd_pb2 as pb
+from codedgd.client.api import Client
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.errors import ConfigError, JobFailed
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
 from tests.conftest import WorkerProcesses
 from tests.e2e.fakes import FakeWorker, result, wait_for
 

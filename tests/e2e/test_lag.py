@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.coordinator.runner import JobRun
-from services.coordinator.server import CoordinatorServer
-from services.job import Component, JobConfig
-from services.sim import CostModel, Simulator
+from codedgd.services.coordinator.runner import JobRun
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.sim import CostModel, Simulator
 from tests.conftest import WorkerProcesses
 from tests.policies.test_lag import _lag_setup, _objective_error
 

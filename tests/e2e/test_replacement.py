@@ -7,11 +7,11 @@ import signal
 
 import numpy as np
 
-from services.coordinator.runner import JobRun
-from services.coordinator.server import CoordinatorServer
-from services.job import Component, JobConfig
-from services.proto import codedgd_pb2 as pb
-from services.stragglers import create_straggler_model
+from codedgd.services.coordinator.runner import JobRun
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.stragglers import create_straggler_model
 from tests.conftest import WorkerProcesses
 from tests.e2e.fakes import FakeWorker, result, wait_for
 from tests.e2e.test_training import SYNTH, reference_gd
@@ -286,8 +286,8 @@ async def test_a_worker_counts_its_crashes_and_exports_them(
     crashes = 1, which its Prometheus collector exports."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from services.worker.agent import WorkerAgent, WorkerOptions
-    from services.worker.metrics import _AgentCollector
+    from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
+    from codedgd.services.worker.metrics import _AgentCollector
 
     agents = [
         WorkerAgent(WorkerOptions(coordinator=f"127.0.0.1:{coordinator.port}", name=f"a{i}"))

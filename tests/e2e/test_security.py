@@ -9,12 +9,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from client.api import Client, CoordinatorUnavailable
-from services.coordinator.server import CoordinatorServer
-from services.errors import CodedGDError
-from services.job import Component, JobConfig
-from services.security import Security
-from services.worker.agent import Rejected, WorkerAgent, WorkerOptions
+from codedgd.client.api import Client, CoordinatorUnavailable
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.errors import CodedGDError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.security import Security
+from codedgd.services.worker.agent import Rejected, WorkerAgent, WorkerOptions
 from tests.conftest import WorkerProcesses
 
 SYNTH = Component("synthetic", {"rows": 400, "dim": 5})

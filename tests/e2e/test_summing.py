@@ -8,9 +8,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from services.coordinator.server import CoordinatorServer
-from services.job import Component, JobConfig
-from services.proto import codedgd_pb2 as pb
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
 from tests.e2e.fakes import FakeWorker, result, wait_for
 
 DIM = 8

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from client.local import run_local
-from services.coordinator.runner import choose_lr
-from services.data import load_dataset
-from services.job import Component, JobConfig
-from services.models import create_model
+from codedgd.client.local import run_local
+from codedgd.services.coordinator.runner import choose_lr
+from codedgd.services.data import load_dataset
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.models import create_model
 
 SYNTH = Component("synthetic", {"rows": 1200, "dim": 20, "task": "classification"})
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client.local import run_local
-from services.coordinator.server import CoordinatorServer
-from services.job import Component, JobConfig
+from codedgd.client.local import run_local
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.job import Component, JobConfig
 from tests.conftest import WorkerProcesses
 
 KC = JobConfig(

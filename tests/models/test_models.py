@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from services.data.dataset import Matrix
-from services.errors import ConfigError, DataError
-from services.models import (
+from codedgd.services.data.dataset import Matrix
+from codedgd.services.errors import ConfigError, DataError
+from codedgd.services.models import (
     MODELS,
     LeastSquares,
     LogisticRegression,
@@ -19,8 +19,8 @@ from services.models import (
     objective_smoothness,
     roc_auc,
 )
-from services.models.base import Model
-from services.models.least_squares import gram_lambda_max
+from codedgd.services.models.base import Model
+from codedgd.services.models.least_squares import gram_lambda_max
 
 
 def _data(

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from services.codes.encoding import encode
-from services.policies import Estimate, Plan, Policy, create
+from codedgd.services.codes.encoding import encode
+from codedgd.services.policies import Estimate, Plan, Policy, create
 
 
 def planned(

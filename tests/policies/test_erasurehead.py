@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from services.codes.erasurehead import erasure_probability
-from services.policies.erasurehead import ErasureHead
+from codedgd.services.codes.erasurehead import erasure_probability
+from codedgd.services.policies.erasurehead import ErasureHead
 from tests.policies.support import messages, planned, run_round
 
 N, R, DELTA = 30, 2, 0.5  # the authors' setting: K = 15

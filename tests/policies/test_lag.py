@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.coordinator.runner import prepare
-from services.data import load_dataset
-from services.errors import ConfigError, DecodeError, PlanError
-from services.job import Component, JobConfig
-from services.policies import Estimate, Policy, create
-from services.policies.base import JobContext
-from services.policies.lag import GroupLag, LagCoded, LagHistory, _Lazy
-from services.sim import CostModel, Simulator
-from services.worker.lazy import THRESHOLD_PARAM, LazyUploader
+from codedgd.services.coordinator.runner import prepare
+from codedgd.services.data import load_dataset
+from codedgd.services.errors import ConfigError, DecodeError, PlanError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.policies import Estimate, Policy, create
+from codedgd.services.policies.base import JobContext
+from codedgd.services.policies.lag import GroupLag, LagCoded, LagHistory, _Lazy
+from codedgd.services.sim import CostModel, Simulator
+from codedgd.services.worker.lazy import THRESHOLD_PARAM, LazyUploader
 from tests.policies.test_rounds import DECODES_AT_N_MINUS_S, DEGENERATE_B
 
 LAZY = ("lag-wk", "lag-ps", "g-lag", "lagc")
@@ -426,7 +426,7 @@ def test_lag_wk_refuses_a_skip_from_a_worker_that_never_uploaded() -> None:
 
 
 def test_every_lazy_policy_is_listed() -> None:
-    from services.policies import names
+    from codedgd.services.policies import names
 
     assert set(LAZY) <= set(names())
 

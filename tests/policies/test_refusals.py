@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.errors import ConfigError, PlanError
-from services.policies import create, names
+from codedgd.services.errors import ConfigError, PlanError
+from codedgd.services.policies import create, names
 
 
 def test_new_policies_are_registered() -> None:

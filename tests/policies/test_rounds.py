@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.errors import DecodeError
-from services.policies import Policy
-from services.policies.comm_efficient import GroupMDS, Polynomial
-from services.policies.cyclic import CyclicRepetition
+from codedgd.services.errors import DecodeError
+from codedgd.services.policies import Policy
+from codedgd.services.policies.comm_efficient import GroupMDS, Polynomial
+from codedgd.services.policies.cyclic import CyclicRepetition
 from tests.policies.support import messages, planned, relative_error, run_round
 
 DIM = 9

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.job import Component, JobConfig
-from services.policies import names
-from services.sim import CostModel, simulate
-from services.sim.closed_forms import frc_mean, harmonic, rth_arrival_mean, uncoded_mean
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.policies import names
+from codedgd.services.sim import CostModel, simulate
+from codedgd.services.sim.closed_forms import frc_mean, harmonic, rth_arrival_mean, uncoded_mean
 
 ROUNDS = 2500
 

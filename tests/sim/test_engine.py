@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from services.errors import ConfigError, JobFailed
-from services.job import Component, JobConfig
-from services.sim import CostModel, Simulator, simulate
-from services.sim.cost import downlink_times, uplink_arrivals
-from services.stragglers import FailStop, create_straggler_model
+from codedgd.services.errors import ConfigError, JobFailed
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.sim import CostModel, Simulator, simulate
+from codedgd.services.sim.cost import downlink_times, uplink_arrivals
+from codedgd.services.stragglers import FailStop, create_straggler_model
 
 SYNTH = Component("synthetic", {"rows": 400, "dim": 10})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from services.sim.newcomers import Newcomers
+from codedgd.services.sim.newcomers import Newcomers
 
 
 def test_a_newcomer_takes_the_place_the_round_waits_for_else_the_lowest() -> None:

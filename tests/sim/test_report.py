@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from services.errors import ConfigError
-from services.report import build_report, load_runs, summarize_runs
-from services.report.plots import policy_color, styles
-from services.reports import RoundRecord, write_results
+from codedgd.services.errors import ConfigError
+from codedgd.services.report import build_report, load_runs, summarize_runs
+from codedgd.services.report.plots import policy_color, styles
+from codedgd.services.reports import RoundRecord, write_results
 
 pytest.importorskip("matplotlib")
 

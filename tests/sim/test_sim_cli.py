@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client.sim_cli import add_report_parser, add_simulate_parser
-from services.reports import read_results
+from codedgd.client.sim_cli import add_report_parser, add_simulate_parser
+from codedgd.services.reports import read_results
 
 
 def parser() -> argparse.ArgumentParser:

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.coordinator.server import CoordinatorServer
-from services.errors import JobFailed
-from services.job import Component, JobConfig
-from services.reports import RoundRecord
-from services.sim import CostModel, Simulator
-from services.stragglers import FailStop, create_straggler_model
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.errors import JobFailed
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord
+from codedgd.services.sim import CostModel, Simulator
+from codedgd.services.stragglers import FailStop, create_straggler_model
 from tests.conftest import WorkerProcesses
 
 SYNTH = Component("synthetic", {"rows": 600, "dim": 12})
@@ -151,9 +151,9 @@ async def test_fail_stop_leaves_the_same_worker_out_of_real_and_simulated_runs(
 
 async def test_a_real_run_records_a_trace_the_simulator_replays(tmp_path: Path) -> None:
     """`codedgd run` records per-worker response times; replayed, they give the same run."""
-    from client.local import run_local
-    from services.reports import write_results
-    from services.sim.trace import trace_from_results, write_trace
+    from codedgd.client.local import run_local
+    from codedgd.services.reports import write_results
+    from codedgd.services.sim.trace import trace_from_results, write_trace
 
     config = JobConfig(
         workers=3,
@@ -181,8 +181,8 @@ async def test_a_real_run_records_a_trace_the_simulator_replays(tmp_path: Path) 
 
 async def test_a_diverging_job_fails_at_the_same_round_real_and_simulated() -> None:
     """A step size far above 1/L: both stop once the loss overflows, with the same message."""
-    from client.local import run_local
-    from services.errors import JobFailed
+    from codedgd.client.local import run_local
+    from codedgd.services.errors import JobFailed
 
     config = JobConfig(
         workers=2,

@@ -9,18 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.errors import ConfigError, DataError
-from services.job import Component, JobConfig
-from services.reports import RoundRecord, read_results, write_results
-from services.sim import CostModel, simulate
-from services.sim.trace import (
+from codedgd.services.errors import ConfigError, DataError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.reports import RoundRecord, read_results, write_results
+from codedgd.services.sim import CostModel, simulate
+from codedgd.services.sim.trace import (
     TraceDelay,
     load_trace,
     trace_from_records,
     trace_from_results,
     write_trace,
 )
-from services.stragglers import create_straggler_model
+from codedgd.services.stragglers import create_straggler_model
 
 SYNTH = Component("synthetic", {"rows": 300, "dim": 6})
 

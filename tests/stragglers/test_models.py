@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.errors import ConfigError, DataError
-from services.stragglers import (
+from codedgd.services.errors import ConfigError, DataError
+from codedgd.services.stragglers import (
     STRAGGLER_MODELS,
     Crash,
     FailStop,

@@ -1,0 +1,31 @@
+"""What `pip install codedgd` installs: one import namespace, every package in it."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setuptools() -> dict[str, object]:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return dict(tomllib.load(f)["tool"]["setuptools"])
+
+
+def test_every_package_is_packaged_under_the_codedgd_namespace() -> None:
+    """Every folder with Python modules under services/ and client/ is a package that
+    pyproject.toml lists as codedgd.<folder path>: an unlisted one would be missing from
+    the wheel (an editable install would still find it, so only a wheel shows it)."""
+    listed = set(_setuptools()["packages"])  # type: ignore[arg-type]
+    found = set()
+    for top in ("services", "client"):
+        for d in [ROOT / top, *(ROOT / top).rglob("*")]:
+            if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")):
+                assert (d / "__init__.py").exists(), f"{d} lacks __init__.py: it would not install"
+                found.add("codedgd." + ".".join(d.relative_to(ROOT).parts))
+    assert found == listed, (
+        f"pyproject.toml [tool.setuptools] packages: missing {sorted(found - listed)}, "
+        f"stale {sorted(listed - found)}"
+    )
+
