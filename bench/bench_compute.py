@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         "precomputed CSR of Xᵀ": precomputed_transpose,
     }
     try:
-        from codedgd.services.worker.compute import Computer, PartitionRows
+        from codedgd.services.compute.gradient import Computer, PartitionRows
 
         computer = Computer(model, [PartitionRows(0, X, y)], np.ones((1, 1)))
         variants["worker Computer.compute (1 partition)"] = lambda: computer.compute(theta)

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from codedgd.services.coordinator import runner
+from codedgd.services.coordinator import job_run
+from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
-from codedgd.services.coordinator.runner import JobRun
 from codedgd.services.coordinator.sessions import Sessions
 from codedgd.services.job import JobConfig
 
@@ -42,18 +42,22 @@ async def test_a_cancel_while_the_job_lets_its_replacer_go_ends_it_cancelled(
     async def nothing(*args: object) -> None:
         await asyncio.sleep(0.05)  # the replacer task starts meanwhile
 
-    async def slow_replacer(prepared: object) -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            stopping.set()
-            await asyncio.sleep(0.2)  # releasing newcomers takes a moment
-            raise
+    class SlowReplacer:
+        def __init__(self, *args: object) -> None:
+            pass
 
-    monkeypatch.setattr(runner, "prepare", lambda config, data_dir: None)
+        async def run(self) -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                stopping.set()
+                await asyncio.sleep(0.2)  # releasing newcomers takes a moment
+                raise
+
+    monkeypatch.setattr(job_run, "prepare", lambda config, data_dir: None)
     monkeypatch.setattr(job, "_assign", nothing)
     monkeypatch.setattr(job, "_rounds", nothing)  # every round done at once
-    monkeypatch.setattr(job, "_replace_lost", slow_replacer)
+    monkeypatch.setattr(job_run, "Replacer", SlowReplacer)
     task = asyncio.create_task(job.run())
     await asyncio.wait_for(stopping.wait(), 5)
     task.cancel()  # what CoordinatorService.cancel does

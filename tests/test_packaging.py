@@ -28,4 +28,3 @@ def test_every_package_is_packaged_under_the_codedgd_namespace() -> None:
         f"pyproject.toml [tool.setuptools] packages: missing {sorted(found - listed)}, "
         f"stale {sorted(listed - found)}"
     )
-

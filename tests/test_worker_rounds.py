@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from codedgd.services.compute.gradient import Computer, PartitionRows
 from codedgd.services.errors import DataError
 from codedgd.services.framing import parse
 from codedgd.services.models import LogisticRegression
@@ -21,7 +22,6 @@ from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import THETA_DATA, WORKER_TENSOR_PATHS, Assembler, chunks, framed
 from codedgd.services.worker import agent as worker_agent
 from codedgd.services.worker.agent import WorkerAgent, WorkerOptions, _Job, _Upload
-from codedgd.services.worker.compute import Computer, PartitionRows
 
 DIM = 6
 

@@ -19,8 +19,8 @@ import grpc
 import numpy as np
 from grpc import aio
 
+from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
-from codedgd.services.coordinator.runner import JobRun
 from codedgd.services.coordinator.sessions import Sessions, WorkerSession
 from codedgd.services.errors import CodedGDError, ConfigError, WireError
 from codedgd.services.framing import Frame

@@ -66,6 +66,9 @@ class Plan:
     n_workers: int
     n_partitions: int
     workers: tuple[WorkerPlan, ...]
+    # How gradients travel: "star" (each worker to the coordinator) is the only one today;
+    # the coordinator carries it with the data plane registered under this name.
+    topology: str = "star"
 
     def load(self, worker: int) -> float:
         """Computation load of a worker: its number of partitions / k."""

@@ -21,7 +21,7 @@ fresh by the coordinator every round, so it never goes stale and is not part of 
 During the first D rounds every unit refreshes.
 
 - ``lag-wk``: every worker computes every round; the worker uploads only if its message
-  moved by more than the threshold (``codedgd.services.worker.lazy``), else sends "skipped".
+  moved by more than the threshold (``codedgd.services.compute.lazy``), else sends "skipped".
 - ``lag-ps``: the coordinator contacts worker m only if L_m²‖θ̂_m − θᵏ‖² > RHSᵏ.
 - ``g-lag``: groups of s+1 workers share a shard (fractional repetition placement); the
   lag-ps rule picks the groups; the first arrival of each picked group is used.
@@ -43,6 +43,7 @@ import numpy as np
 
 from codedgd.services.codes.cyclic import CyclicCode
 from codedgd.services.codes.frc import divisors, frc_groups
+from codedgd.services.compute.lazy import THRESHOLD_PARAM
 from codedgd.services.errors import ConfigError, DecodeError, PlanError
 from codedgd.services.policies.base import (
     Estimate,
@@ -58,7 +59,6 @@ from codedgd.services.policies.base import (
 from codedgd.services.policies.cyclic import check_code_options, cyclic_plan
 from codedgd.services.policies.frc import check_one_partition_per_worker, check_payload, nearest
 from codedgd.services.policies.registry import register
-from codedgd.services.worker.lazy import THRESHOLD_PARAM
 
 DEFAULT_D = 10
 

@@ -11,7 +11,7 @@ A worker w contacted in round t responds at (virtual seconds after the round sta
 - ``compute_w``: ``seconds_per_sample · rows_w + seconds_per_partition · partitions_w``
   (``compute = "model"``; the two constants are calibrated on this machine when not
   given: :func:`calibrate`), or the measured wall time of the worker's real
-  :class:`~codedgd.services.worker.compute.Computer` call (``compute = "measured"``), or 0
+  :class:`~codedgd.services.compute.gradient.Computer` call (``compute = "measured"``), or 0
   (``compute = "none"``, for closed-form checks).
 - ``delay_w``: the job's straggler model, called exactly as the worker agent calls
   it: ``delay(w, t, compute_w, load_w)``.

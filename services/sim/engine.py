@@ -1,15 +1,15 @@
 """The discrete-event simulator: the coordinator's round loop on a virtual clock.
 
-It drives the very objects a real job uses: :func:`codedgd.services.coordinator.runner.prepare`
-builds data, model, policy, plan, partitions and step size; every worker's message
-is computed by a real :class:`~codedgd.services.worker.compute.Computer` on the same
-partition rows and coefficients the coordinator would ship; the straggler model is
-built and called exactly as in the worker agent; the optimizer, the gradient
-``estimate / N + λθ`` and the evaluation are the runner's. Only the clock differs:
-each contacted worker's arrival time comes from the :class:`~codedgd.services.sim.cost.CostModel`
-and the straggler delay, arrivals are offered to the policy in order of virtual time
-until it can decode, and the workers still outstanding are cancelled (they stop and
-cost nothing more).
+It drives the very objects a real job uses: :func:`codedgd.services.job.prepare.prepare`
+builds data, model, policy, plan, partitions and step size; every worker's message is
+computed by a real :class:`~codedgd.services.compute.gradient.Computer` on the same
+partition rows and coefficients the coordinator would ship; the straggler model is built
+and called exactly as in the worker agent; the step (``estimate / N + λθ``) and the
+evaluation are the coordinator's :class:`~codedgd.services.job.descent.Descent`. Only the
+clock differs: each contacted worker's arrival time comes from the
+:class:`~codedgd.services.sim.cost.CostModel` and the straggler delay, arrivals are
+offered to the policy in order of virtual time until it can decode, and the workers still
+outstanding are cancelled (they stop and cost nothing more).
 
 Laziness that keeps θ identical: with a modelled compute time (``compute="model"``
 or ``"none"``) the arrival times do not depend on gradient values, so the order is
@@ -17,13 +17,13 @@ known before any gradient is computed and only the workers offered before the ro
 becomes decodable compute anything. ``compute="measured"`` must time every
 contacted worker's real computation first, and so does a round whose parameters carry
 lag-wk's threshold: the trigger needs every contacted worker's message, and each
-simulated worker keeps the same :class:`~codedgd.services.worker.lazy.LazyUploader` memory as a
-real one (a skipped result arrives after the link latency, with no payload).
+simulated worker keeps the same :class:`~codedgd.services.compute.lazy.LazyUploader` memory
+as a real one (a skipped result arrives after the link latency, with no payload).
 
 A simulated round's time is ``arrival of the decoding message + decode + overhead``;
-evaluation is excluded, as in the real runner. A worker the straggler model ``crash``
+evaluation is excluded, as in the coordinator's round loop. A worker the straggler model ``crash``
 takes down is lost when θ_t reaches it and connects again ``restart`` later to take a
-lost place (:class:`~codedgd.services.sim.newcomers.Newcomers`), with the runner's rules
+lost place (:class:`~codedgd.services.sim.newcomers.Newcomers`), with the coordinator's rules
 (``job.replace_timeout``, θ_t to the newcomer if the round still wants its place).
 Where the simulation differs from a real run: no result is late (cancelled workers stop
 at once), a newcomer's messages skip the shared egress and ingress queues, and
@@ -42,16 +42,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from codedgd.services.coordinator.runner import (
-    Prepared,
-    _evaluate,
-    infeasible_message,
-    no_replacement_message,
-    prepare,
-)
+from codedgd.services.compute.gradient import Computer, PartitionRows
+from codedgd.services.compute.lazy import LazyUploader
 from codedgd.services.data.dataset import take_rows
 from codedgd.services.errors import DecodeError, JobFailed
 from codedgd.services.job import JobConfig
+from codedgd.services.job.descent import Descent
+from codedgd.services.job.failures import infeasible_message, no_replacement_message
+from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.policies.base import Estimate
 from codedgd.services.reports import RoundRecord
 from codedgd.services.sim.cost import (
@@ -64,8 +62,6 @@ from codedgd.services.sim.cost import (
 )
 from codedgd.services.sim.newcomers import Newcomers
 from codedgd.services.stragglers import StragglerModel, crash_restart, create_straggler_model
-from codedgd.services.worker.compute import Computer, PartitionRows
-from codedgd.services.worker.lazy import LazyUploader
 
 FLOAT_BYTES = 8
 
@@ -197,33 +193,26 @@ class Simulator:
         on_record: Callable[[RoundRecord], None] | None = None,
         on_round: RoundCallback | None = None,
     ) -> SimulationResult:
-        from codedgd.services.models import objective
-        from codedgd.services.optim import check_converging, create_optimizer, objective_gradient
-
         started = time.perf_counter()
         cfg, prepared, cost = self.config, self.prepared, self.cost
-        ds, model, policy = prepared.dataset, prepared.model, prepared.policy
-        opt_options = dict(cfg.optimizer)
-        opt_options["lr"] = prepared.lr
-        optimizer = create_optimizer(opt_options, np.zeros(ds.dim))
-        n_rows = ds.n_train
+        ds, model = prepared.dataset, prepared.model
+        descent = Descent(cfg, prepared)
         theta_bytes = FLOAT_BYTES * ds.dim
         compute_model = self.modelled_compute()
         records: list[RoundRecord] = []
         wall = 0.0
         for t in range(cfg.rounds):
-            point = optimizer.point()
+            point = descent.point()
             out = self._round(t, point, wall, compute_model, theta_bytes)
             estimate = out.estimate
             assert estimate is not None
             decode_s = cost.decode_seconds if cost.decode_seconds is not None else out.decode
-            optimizer.update(objective_gradient(estimate.gradient, n_rows, model.l2, point))
+            descent.step(estimate.gradient, point)
             round_s = out.wait + decode_s + cost.round_overhead_seconds
             wall += round_s
             loss = metric = math.nan
-            if t % cfg.eval_every == 0 or t == cfg.rounds - 1:
-                loss, metric = _evaluate(model, optimizer.theta, ds, objective)
-                check_converging(t, loss, prepared.lr, policy.divergence_hint())
+            if descent.evaluates(t):
+                loss, metric = descent.evaluate(t)
             record = RoundRecord(
                 round=t,
                 wall_seconds=wall,
@@ -250,13 +239,13 @@ class Simulator:
             if on_record is not None:
                 on_record(record)
             if on_round is not None:
-                on_round(record, optimizer.theta)
-            if cfg.target_loss is not None and not math.isnan(loss) and loss <= cfg.target_loss:
+                on_round(record, descent.theta)
+            if descent.reached_target(loss):
                 break
         return SimulationResult(
             job_id="sim-" + uuid.uuid4().hex[:8],
             records=tuple(records),
-            theta=np.array(optimizer.theta, dtype=np.float64),
+            theta=np.array(descent.theta, dtype=np.float64),
             cost=cost,
             calibration=self.calibration,
             gradients_computed=self.computed,
@@ -274,11 +263,11 @@ class Simulator:
         compute_model: np.ndarray,
         theta_bytes: int,
     ) -> _Round:
-        """Round t, starting at virtual time ``now``: the runner's round loop, event by event.
+        """Round t, starting at virtual time ``now``: the coordinator's round loop, event by event.
 
         Events (seconds after θ_t is sent): a contacted worker's arrival; a crash
         (straggler model ``crash``) when θ_t reaches a worker; a lost place taken by its
-        replacement. They are handled as :meth:`JobRun._one_round` handles them.
+        replacement. They are handled as :meth:`RoundLoop.one_round` handles them.
         """
         cfg, cost, policy = self.config, self.cost, self.prepared.policy
         newcomers = self.newcomers

@@ -1,7 +1,7 @@
 """Crashed workers that come back, and the lost places they take, on the virtual clock.
 
-The coordinator's rule (:meth:`codedgd.services.coordinator.runner.JobRun._replace_lost` and
-``_next_place``): a worker that connects while places are lost takes one that no other
+The coordinator's rule (:class:`codedgd.services.coordinator.replacement.Replacer` and
+``next_place``): a worker that connects while places are lost takes one that no other
 newcomer is joining at, one the running round waits for if any, else the lowest, and
 holds it once its join (assignment, data, acknowledgement) is done. A newcomer that finds
 no open place waits, and takes the next place that is lost. A place taken mid-job has a

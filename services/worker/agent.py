@@ -28,6 +28,14 @@ import grpc
 import numpy as np
 import scipy.sparse as sp
 
+from codedgd.services.compute.gradient import (
+    CancelFlag,
+    Cancelled,
+    Computer,
+    ComputeResult,
+    PartitionRows,
+)
+from codedgd.services.compute.lazy import LazyUploader
 from codedgd.services.errors import CodedGDError, DataError, WireError
 from codedgd.services.framing import frame_reader, to_wire
 from codedgd.services.job import JobConfig
@@ -45,14 +53,6 @@ from codedgd.services.wire import (
     framed,
     to_array,
 )
-from codedgd.services.worker.compute import (
-    CancelFlag,
-    Cancelled,
-    Computer,
-    ComputeResult,
-    PartitionRows,
-)
-from codedgd.services.worker.lazy import LazyUploader
 
 log = logging.getLogger("codedgd.worker")
 PROTOCOL = "codedgd.v1"

@@ -43,7 +43,7 @@ async def test_killed_worker_does_not_hang_a_tolerant_policy(
     )
     job = coordinator.service.submit(config)
     await wait_for(lambda: len(job.records) >= 5, timeout=90)
-    victim = job._workers[2]
+    victim = job.places.holders[2]
     index = victim.index
     next(p for p in procs if p.args[-1] == victim.name).send_signal(signal.SIGKILL)
     assert await _finish(coordinator, job.id) == "done"
@@ -115,7 +115,7 @@ async def test_late_result_of_an_old_round_is_dropped(
         assert await _finish(coordinator, job.id) == "done"
     finally:
         await fake.stop()
-    fake_index = next(i for i, s in enumerate(job._workers) if s.name == "fake")
+    fake_index = next(i for i, s in enumerate(job.places.holders) if s.name == "fake")
     assert sent, "the fake worker never sent a stale result"
     assert sum(r.late_dropped for r in job.records) >= 1
     assert all(fake_index not in r.workers_used for r in job.records)

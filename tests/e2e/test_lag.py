@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from codedgd.services.coordinator.runner import JobRun
+from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.sim import CostModel, Simulator

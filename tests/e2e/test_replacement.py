@@ -7,7 +7,7 @@ import signal
 
 import numpy as np
 
-from codedgd.services.coordinator.runner import JobRun
+from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.proto import codedgd_pb2 as pb
@@ -36,9 +36,9 @@ async def _kill_one_after(
     procs = workers.start(coordinator.port, 3)
     job = coordinator.service.submit(config)
     await wait_for(lambda: len(job.records) >= rounds, timeout=90)
-    name = job._workers[index].name
+    name = job.places.holders[index].name
     next(p for p in procs if p.args[-1] == name).send_signal(signal.SIGKILL)
-    await wait_for(lambda: index in job._lost, timeout=30)
+    await wait_for(lambda: index in job.places.lost, timeout=30)
     return job
 
 
@@ -67,7 +67,7 @@ async def test_uncoded_waits_for_a_replacement_and_ends_with_the_exact_theta(
     await _finished(job)
     assert job.state == "done", job.error
     assert len(job.records) == 30
-    assert job._workers[1].name == "newcomer0"
+    assert job.places.holders[1].name == "newcomer0"
     assert coordinator.service.metrics.replacements._value.get() == 1
     # Every round used all three partitions: the newcomer computed the lost worker's.
     _assert_exact(job, config)
@@ -105,7 +105,7 @@ async def test_a_tolerant_policy_gets_its_lost_worker_back(
     await wait_for(lambda: len(job.records) >= lost_at + 6, timeout=60)
     degraded = job.records[lost_at + 1 : lost_at + 6]
     worker_processes.start(coordinator.port, 1, name="newcomer")
-    await wait_for(lambda: 2 not in job._lost, timeout=60)
+    await wait_for(lambda: 2 not in job.places.lost, timeout=60)
     back_at = len(job.records)
     await _finished(job)
     assert job.state == "done", job.error
@@ -133,7 +133,7 @@ async def test_a_newcomer_caught_joining_when_the_job_fails_is_released_for_the_
         first = coordinator.service.submit(config)
         await wait_for(lambda: len(first.records) >= 2)
         await a.stop()  # lost: uncoded cannot decode without it, so the round waits
-        await wait_for(lambda: bool(first._lost))
+        await wait_for(lambda: bool(first.places.lost))
         newcomer.start()
         await wait_for(lambda: newcomer.assignment is not None)  # joining, never acks
         await _finished(first)
@@ -147,7 +147,7 @@ async def test_a_newcomer_caught_joining_when_the_job_fails_is_released_for_the_
         second = coordinator.service.submit(JobConfig(workers=2, rounds=3, data=SYNTH))
         await _finished(second)
         assert second.state == "done", second.error
-        assert sorted(s.name for s in second._workers) == ["b", "newcomer"]
+        assert sorted(s.name for s in second.places.holders) == ["b", "newcomer"]
     finally:
         for fake in fakes:
             await fake.stop()
@@ -183,18 +183,18 @@ async def test_a_newcomer_that_never_acknowledges_holds_up_only_its_own_place(
         await wait_for(lambda: len(job.records) >= 2)
         holders = {fake.name: fake for fake in (a, b, c)}
         for index in (0, 1):
-            await holders[job._workers[index].name].stop()
-        await wait_for(lambda: job._lost == {0, 1})
+            await holders[job.places.holders[index].name].stop()
+        await wait_for(lambda: job.places.lost == {0, 1})
         mute.start()
         await wait_for(lambda: mute.assignment is not None)
         assert mute.assignment is not None and mute.assignment.worker_index == 0
         good.start()
-        await wait_for(lambda: job._workers[1].name == "good", timeout=15)
+        await wait_for(lambda: job.places.holders[1].name == "good", timeout=15)
         resumed_at = len(job.records)
         await wait_for(lambda: len(job.records) >= resumed_at + 5, timeout=15)
         assert job.state == "running", job.error
         assert all(r.workers_used == (1, 2) for r in job.records[resumed_at + 1 :])
-        assert job._lost == {0} and job._candidates[0].name == "mute"
+        assert job.places.lost == {0} and job.places.candidates[0].name == "mute"
         coordinator.service.cancel(job.id)
         await _finished(job)
         assert job.state == "cancelled"
@@ -253,7 +253,7 @@ async def test_a_worker_that_crashes_for_good_leaves_a_tolerant_policy_without_i
     assert computations[:3] == [3, 3, 3] and computations[4:] == [2] * 4
     assert [r.cancelled for r in job.records[4:]] == [0] * 4
     assert all(crashed not in r.workers_used for r in job.records[2:])
-    name = job._workers[crashed].name
+    name = job.places.holders[crashed].name
     crashed_proc = next(p for p in procs if p.args[-1] == name)
     assert crashed_proc.wait(timeout=30) == 0  # it left, and said why in its log
     assert crashed_proc.stderr is not None
@@ -308,7 +308,7 @@ async def test_a_worker_counts_its_crashes_and_exports_them(
         await _finished(job)
         assert job.state == "done", job.error
         crashed = create_straggler_model("crash", model.options, seed=0, n_workers=3).failed[0]
-        name = job._workers[crashed].name
+        name = job.places.holders[crashed].name
         agent = next(a for a in agents if a.options.name == name)
         await asyncio.wait_for(tasks[agents.index(agent)], 10)  # it left run() for good
         assert [a.crashes for a in agents] == [int(a is agent) for a in agents]

@@ -119,23 +119,23 @@ async def test_a_worker_lost_part_way_through_a_summed_result_is_finished_by_its
         )
         job = coordinator.service.submit(config)
         await wait_for(lambda: job.state == "running")
-        index = next(i for i, w in enumerate(job._workers) if w.name == holders[0].name)
+        index = next(i for i, w in enumerate(job.places.holders) if w.name == holders[0].name)
         in_sum = 0  # bytes of place 0's result in the sum so far
         for holder, chunks in zip(holders, cut, strict=True):
             if holder is not holders[0]:
                 holder.start()
-                await wait_for(lambda h=holder: job._workers[index].name == h.name)
+                await wait_for(lambda h=holder: job.places.holders[index].name == h.name)
             in_sum = max(in_sum, CHUNK * chunks)
             # Its chunks are in (the partial waits for the rest): now it is lost.
             await wait_for(
                 lambda want=in_sum: (
-                    (p := job._partials.get(index)) is not None
+                    (p := job.inbox.partials.get(index)) is not None
                     and p.assembler is not None
                     and p.assembler.added_bytes == want
                 )
             )
             await holder.stop()
-            await wait_for(lambda: index in job._lost)
+            await wait_for(lambda: index in job.places.lost)
         last.start()
         while not job.finished:
             await asyncio.wait_for(job.wait_change(), 60)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from codedgd.client.local import run_local
-from codedgd.services.coordinator.runner import choose_lr
 from codedgd.services.data import load_dataset
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.job.prepare import choose_lr
 from codedgd.services.models import create_model
 
 SYNTH = Component("synthetic", {"rows": 1200, "dim": 20, "task": "classification"})

@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from codedgd.services.coordinator.runner import prepare
+from codedgd.services.compute.lazy import THRESHOLD_PARAM, LazyUploader
 from codedgd.services.data import load_dataset
 from codedgd.services.errors import ConfigError, DecodeError, PlanError
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.job.prepare import prepare
 from codedgd.services.policies import Estimate, Policy, create
 from codedgd.services.policies.base import JobContext
 from codedgd.services.policies.lag import GroupLag, LagCoded, LagHistory, _Lazy
 from codedgd.services.sim import CostModel, Simulator
-from codedgd.services.worker.lazy import THRESHOLD_PARAM, LazyUploader
 from tests.policies.test_rounds import DECODES_AT_N_MINUS_S, DEGENERATE_B
 
 LAZY = ("lag-wk", "lag-ps", "g-lag", "lagc")

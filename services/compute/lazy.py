@@ -1,4 +1,4 @@
-"""The worker side of LAG-WK: upload only when the gradient changed enough.
+"""LAG-WK's upload trigger, on the worker side: upload only when the gradient changed enough.
 
 The coordinator's ``lag-wk`` policy sends a threshold with every round
 (:data:`THRESHOLD_PARAM`, in squared payload units; −1 during LAG's first D rounds,

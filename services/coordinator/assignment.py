@@ -1,0 +1,146 @@
+"""Shipping a job to its workers: each place's Assignment, then its partitions' rows.
+
+A worker gets its place in the plan (partitions, encoding coefficients, the job
+document), then the rows of its partitions as ``PartitionData`` chunks, then
+``AssignmentEnd``; it acknowledges once it has built its data. A worker started with
+``--data-dir`` loads a real dataset itself: no rows travel, and fingerprints in the
+Assignment let it prove it holds the rows planned here. The same shipping serves a job's
+start (:meth:`Assigner.assign`) and a newcomer taking a lost place
+(:mod:`.replacement`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.places import Places
+from codedgd.services.coordinator.sessions import Sessions, WorkerSession
+from codedgd.services.data import is_generated
+from codedgd.services.data.dataset import FINGERPRINT_PREFIX, Matrix, fingerprint, take_rows
+from codedgd.services.errors import JobFailed
+from codedgd.services.job import JobConfig
+from codedgd.services.job.prepare import Prepared
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.wire import PARTITION_DATA, chunks, framed, tensor_chunks
+
+
+@dataclass
+class Assigner:
+    """Ships one prepared job's places to worker sessions."""
+
+    job_id: str
+    config: JobConfig
+    prepared: Prepared
+    metrics: CoordinatorMetrics
+    chunk_bytes: int
+    timeout: float  # seconds to wait for workers, and for each acknowledgement
+
+    async def assign(self, sessions: Sessions, places: Places) -> None:
+        """Wait for n idle workers, give them the job's places, and wait for every ack."""
+        n = self.config.workers
+        try:
+            chosen = await sessions.wait_idle(n, self.timeout)
+        except TimeoutError:
+            raise JobFailed(
+                f"the job needs {n} workers but only {len(sessions.idle())} idle worker(s) "
+                f"connected within {self.timeout:.0f} s: start more workers "
+                f"(codedgd worker --coordinator ...) or lower job.workers"
+            ) from None
+        places.take_all(chosen)
+        job_json = self.config.to_json()
+        for index, session in enumerate(places.holders):
+            await self.send(index, session, job_json)
+        for index, future in places.acks.items():
+            error = await self.acknowledged(future)
+            if error:
+                raise JobFailed(f"{places[index].label} cannot take its assignment: {error}")
+
+    async def acknowledged(self, future: asyncio.Future[str]) -> str:
+        """The worker's answer to its assignment: "" when it took it, else why not."""
+        try:
+            return await asyncio.wait_for(future, timeout=self.timeout)
+        except TimeoutError:
+            return f"no acknowledgement within {self.timeout:.0f} s"
+
+    async def send(
+        self,
+        index: int,
+        session: WorkerSession,
+        job_json: str,
+        *,
+        replacement: bool = False,
+    ) -> None:
+        """Queue place ``index``'s Assignment, its partitions' rows and AssignmentEnd."""
+        prepared = self.prepared
+        plan, ds = prepared.plan, prepared.dataset
+        n, dim = self.config.workers, ds.dim
+        wp = plan.workers[index]
+        coeff = next(tensor_chunks("coefficients", wp.coefficients.astype(np.float64)))
+        # A worker started with --data-dir loads real datasets itself (no data on the
+        # wire); the fingerprints let it prove it holds the rows planned here.
+        from_disk = session.has_data_dir and not is_generated(self.config.data.name)
+        options = dict(wp.options)
+        parts = {p: take_rows(ds.X_train, prepared.blocks[p]) for p in wp.partitions}
+        if from_disk:
+            for p in wp.partitions:
+                key = f"{FINGERPRINT_PREFIX}{p}"
+                options[key] = fingerprint(parts[p], ds.y_train[prepared.blocks[p]])
+        assignment = pb.CoordinatorMessage(
+            assignment=pb.Assignment(
+                job_id=self.job_id,
+                worker_index=index,
+                n_workers=n,
+                job_json=job_json,
+                partitions=list(wp.partitions),
+                coefficients=coeff,
+                chunks=wp.chunks,
+                dim=dim,
+                inline_data=not from_disk,
+                options=options,
+                n_partitions=plan.n_partitions,
+                replacement=replacement,
+            )
+        )
+        session.send(assignment)
+        self.metrics.assignment_bytes.inc(assignment.ByteSize())
+        for p in wp.partitions if not from_disk else ():
+            messages = partition_messages(
+                self.job_id, p, parts[p], ds.y_train[prepared.blocks[p]], self.chunk_bytes
+            )
+            for message in messages:
+                session.send(message)
+                self.metrics.assignment_bytes.inc(len(message))
+                await asyncio.sleep(0)
+        session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.job_id)))
+
+
+def partition_messages(
+    job_id: str, partition: int, X: Matrix, y: np.ndarray, chunk_bytes: int
+) -> list[bytes]:
+    """A partition's rows as serialized PartitionData frames."""
+    import scipy.sparse as sp
+
+    tensors: list[tuple[str, np.ndarray]] = [("y", np.asarray(y, dtype=np.float64))]
+    if sp.issparse(X):
+        csr = sp.csr_matrix(X)
+        tensors += [
+            ("X.data", csr.data.astype(np.float64)),
+            ("X.indices", csr.indices.astype(np.int32)),
+            ("X.indptr", csr.indptr.astype(np.int64)),
+            ("X.shape", np.asarray(csr.shape, dtype=np.int64)),
+        ]
+    else:
+        tensors.append(("X", np.asarray(X, dtype=np.float64)))
+    messages = []
+    for key, array in tensors:
+        for c in chunks(key, array, chunk_bytes):
+            message = pb.CoordinatorMessage()
+            message.data.job_id = job_id
+            message.data.partition = partition
+            c.fill(message.data.chunk, with_data=False)
+            messages.append(framed(message, PARTITION_DATA, c.data))
+    return messages

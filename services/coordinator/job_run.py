@@ -1,0 +1,189 @@
+"""One job on the coordinator, from submission to its end.
+
+A :class:`JobRun` prepares the job in a thread (:mod:`codedgd.services.job.prepare`),
+ships it to n idle workers (:mod:`.assignment`), then runs its rounds
+(:mod:`.rounds`) while a :class:`~.replacement.Replacer` fills the places of workers
+lost on the way. The pieces share the job's :class:`~.places.Places` (who holds each
+index) and :class:`~.inbox.Inbox` (results in, as events). The stream readers of
+worker sessions call :meth:`JobRun.deliver`, :meth:`JobRun.ack` and :meth:`JobRun.lose`;
+watchers (WatchJob, ``codedgd run``) follow :attr:`JobRun.records` and
+:meth:`JobRun.wait_change`.
+
+A job fails alone, with an error naming the cause (bad data, a lost worker its policy
+cannot do without, a round timeout): the coordinator keeps serving other jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from codedgd.services.coordinator.assignment import Assigner
+from codedgd.services.coordinator.dataplane import data_plane
+from codedgd.services.coordinator.inbox import Inbox, Lost
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.places import Places
+from codedgd.services.coordinator.replacement import Replacer, log_crash, stop_replacer
+from codedgd.services.coordinator.rounds import RoundLoop
+from codedgd.services.coordinator.sessions import Sessions, WorkerSession
+from codedgd.services.errors import CodedGDError
+from codedgd.services.job import JobConfig
+from codedgd.services.job.descent import Descent
+from codedgd.services.job.prepare import Prepared, prepare
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.reports import RoundRecord
+from codedgd.services.wire import DEFAULT_CHUNK_BYTES, BufferPool
+
+log = logging.getLogger("codedgd.coordinator")
+# A job's outcome, for an operator's log; `codedgd run` reports it itself and mutes this.
+outcome_log = logging.getLogger("codedgd.coordinator.outcome")
+
+
+@dataclass
+class JobRun:
+    """A submitted job and its state, watched by clients."""
+
+    id: str
+    config: JobConfig
+    sessions: Sessions
+    metrics: CoordinatorMetrics
+    data_dir: str | None = None
+    assign_timeout: float = 120.0
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    state: str = "queued"
+    error: str = ""
+    round: int = 0
+    records: list[RoundRecord] = field(default_factory=list)
+    on_record: Callable[[RoundRecord], None] | None = None
+    places: Places = field(init=False)
+    inbox: Inbox = field(init=False)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _descent: Descent | None = None
+
+    def __post_init__(self) -> None:
+        self.places = Places(self.id)
+        self.inbox = Inbox(self.places, self.metrics)
+
+    # ------------------------------------------------------------ events from sessions
+
+    def deliver(
+        self,
+        session: WorkerSession,
+        result: pb.Result,
+        nbytes: int,
+        data: memoryview | None = None,
+    ) -> None:
+        """A Result message from a worker of this job (see :meth:`.inbox.Inbox.deliver`)."""
+        self.inbox.deliver(session, result, nbytes, data)
+
+    def ack(self, session: WorkerSession, ack: pb.AssignmentAck) -> None:
+        self.places.ack(session, ack.job_id, ack.error)
+
+    def lose(self, session: WorkerSession, reason: str) -> None:
+        """A worker of this job disconnected, failed, or was thrown out."""
+        index = session.index
+        joining = self.places.candidates.get(index) is session
+        lost = self.places.mark_lost(session)
+        if joining or lost:  # a newcomer lost before it acknowledged: its place stays vacant
+            self.places.answer_ack(index, f"disconnected: {reason}")
+        if not lost:
+            return
+        # Part of its result may be in the sum: whoever takes the place adds the rest.
+        self.inbox.drop_partial(index)
+        self.metrics.stragglers.labels("lost").inc()
+        self.inbox.put(Lost(index, reason, session))
+
+    # ------------------------------------------------------------ watchers
+
+    def wait_change(self) -> Coroutine[Any, Any, bool]:
+        """Wait for the next change (a round, a state) published after this call.
+
+        The event is taken now, not when the awaiting task first runs: a watcher that
+        wraps this in a task (``ensure_future``, ``wait_for``) cannot miss a change
+        published in between, such as the job's end.
+        """
+        return self._changed.wait()
+
+    def _publish(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    @property
+    def theta(self) -> np.ndarray | None:
+        """θ after the last round stepped (None before the first)."""
+        descent = self._descent
+        return descent.theta if descent is not None and descent.steps else None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "failed", "cancelled")
+
+    # ------------------------------------------------------------ the job
+
+    async def run(self) -> None:
+        try:
+            self.state = "assigning"
+            self._publish()
+            prepared = await asyncio.to_thread(prepare, self.config, self.data_dir)
+            assigner = await self._assign(prepared)
+            self.state = "running"
+            self._publish()
+            replacer = Replacer(self.sessions, self.places, self.inbox, assigner, self.metrics)
+            replacing = asyncio.create_task(replacer.run())
+            replacing.add_done_callback(log_crash)
+            try:
+                await self._rounds(prepared)
+            finally:
+                cancelled_meanwhile = await stop_replacer(replacing)
+            if cancelled_meanwhile:  # a client's cancel landed as the last round ended
+                raise asyncio.CancelledError
+            self.state = "done"
+        except asyncio.CancelledError:
+            self.state = "cancelled"
+            self.error = self.error or "cancelled by a client"
+        except CodedGDError as exc:
+            self.state = "failed"
+            self.error = str(exc)
+            outcome_log.error("job %s failed: %s", self.id, exc)
+        except Exception as exc:  # a bug: report it instead of hanging watchers
+            self.state = "failed"
+            self.error = f"internal error: {type(exc).__name__}: {exc}"
+            log.exception("job %s crashed", self.id)
+        finally:
+            self.places.release(self.state)
+            self.metrics.jobs.labels(self.state).inc()
+            self._publish()
+
+    async def _assign(self, prepared: Prepared) -> Assigner:
+        """Ship the job to n idle workers; the Assigner then serves replacements too."""
+        n = self.config.workers
+        dim = prepared.dataset.dim
+        self.inbox.payload_len = [prepared.plan.payload_length(i, dim) for i in range(n)]
+        # One round's results, plus as many held by the policy (lazy rules keep n).
+        self.inbox.pool = BufferPool(2 * n + 2)
+        assigner = Assigner(
+            self.id, self.config, prepared, self.metrics, self.chunk_bytes, self.assign_timeout
+        )
+        await assigner.assign(self.sessions, self.places)
+        return assigner
+
+    async def _rounds(self, prepared: Prepared) -> None:
+        plane = data_plane(prepared.plan.topology, self.id, self.places, self.chunk_bytes)
+        loop = RoundLoop(self.id, self.config, self.places, self.inbox, plane, self.metrics)
+        descent = self._descent = Descent(self.config, prepared)
+
+        def on_round(t: int) -> None:
+            self.round = t
+
+        def on_record(record: RoundRecord) -> None:
+            self.records.append(record)
+            if self.on_record is not None:
+                self.on_record(record)
+            self._publish()
+
+        await loop.run(descent, on_round, on_record)

@@ -1,0 +1,359 @@
+"""The round loop of one job on the coordinator.
+
+Round t: ``policy.begin_round`` says whom to contact; the data plane sends θ_t to them
+(:mod:`.dataplane`); every event of the job's inbox (:mod:`.inbox`) is handled in order:
+an arrival is offered to the policy until it can decode (for a policy that sums every
+payload, ``Policy.arrival_sum``, results were added into that sum as their chunks
+arrived), a loss may make the round wait for a replacement, a replacement the round
+still wants gets θ_t. The workers still busy are cancelled; the estimate is decoded (in a
+thread for large ℓ), the descent steps (:class:`~codedgd.services.job.descent.Descent`),
+and a :class:`RoundRecord` is published.
+
+When a lost worker makes the round undecodable (``policy.feasible``), the round waits
+``job.replace_timeout`` seconds for a replacement (even past ``job.round_timeout``), then
+the job fails with an error naming the worker: the coordinator keeps serving other jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from prometheus_client import Histogram
+
+from codedgd.services.coordinator.dataplane import DataPlane
+from codedgd.services.coordinator.inbox import Inbox, Lost, Replaced
+from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.places import Places
+from codedgd.services.errors import DecodeError, JobFailed
+from codedgd.services.job import JobConfig
+from codedgd.services.job.descent import Descent
+from codedgd.services.job.failures import infeasible_message, no_replacement_message
+from codedgd.services.policies.base import Estimate, Policy
+from codedgd.services.reports import RoundRecord
+
+log = logging.getLogger("codedgd.coordinator")
+
+# A decode that took less than this last round runs on the event loop (the thread
+# hand-off would cost more); longer ones run in a thread so the loop stays free.
+INLINE_DECODE_SECONDS = 0.002
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one round produced, before the step."""
+
+    estimate: Estimate
+    wait_seconds: float
+    decode_seconds: float
+    compute_max: float
+    bytes_up: int
+    bytes_down: int
+    uploads: int
+    computations: int
+    cancelled: int
+    late: int
+    responses: dict[int, float]  # worker → seconds from θ_t sent to its result received
+    computes: dict[int, float]  # worker → its reported compute seconds
+
+
+class RoundLoop:
+    """Runs one job's rounds over its places, inbox and data plane."""
+
+    def __init__(
+        self,
+        job_id: str,
+        config: JobConfig,
+        places: Places,
+        inbox: Inbox,
+        plane: DataPlane,
+        metrics: CoordinatorMetrics,
+    ) -> None:
+        self.job_id = job_id
+        self.config = config
+        self.places = places
+        self.inbox = inbox
+        self.plane = plane
+        self.metrics = metrics
+        self._last_decode = math.inf  # seconds policy.decode itself took last round
+        self._histograms: dict[int, tuple[Histogram, Histogram]] = {}
+
+    async def run(
+        self,
+        descent: Descent,
+        on_round: Callable[[int], None],
+        on_record: Callable[[RoundRecord], None],
+    ) -> None:
+        """Every round of the job, until job.rounds or job.target_loss.
+
+        ``on_round(t)`` is called as round t starts, ``on_record`` with each round's record
+        (θ after the round is ``descent.theta`` then).
+        """
+        cfg = self.config
+        prepared = descent.prepared
+        model, policy = prepared.model, prepared.policy
+        # The children every round updates, looked up once (labels() takes a lock).
+        round_hist = self.metrics.round_duration.labels(policy.name)
+        wait_hist = self.metrics.wait_duration.labels(policy.name)
+        decode_hist = self.metrics.decode_duration.labels(policy.name)
+        rounds_done = self.metrics.rounds.labels(policy.name)
+        wall = 0.0
+        self.metrics.job_info.info(
+            {
+                "policy": policy.name,
+                "model": cfg.model.name,
+                "dataset": cfg.data.name,
+                "workers": str(cfg.workers),
+            }
+        )
+        for t in range(cfg.rounds):
+            on_round(t)
+            self.metrics.round.set(t)
+            point = descent.point()
+            round_start = time.perf_counter()
+            out = await self.one_round(t, point, policy)
+            estimate = out.estimate
+            descent.step(estimate.gradient, point)
+            round_s = time.perf_counter() - round_start
+            wall += round_s
+            loss = metric = math.nan
+            if descent.evaluates(t):
+                loss, metric = await asyncio.to_thread(descent.evaluate, t)
+                self.metrics.loss.set(loss)
+                self.metrics.metric.labels(model.metric_name).set(metric)
+            record = RoundRecord(
+                round=t,
+                wall_seconds=wall,
+                round_seconds=round_s,
+                wait_seconds=out.wait_seconds,
+                decode_seconds=out.decode_seconds,
+                compute_seconds_max=out.compute_max,
+                loss=loss,
+                metric=metric,
+                metric_name=model.metric_name,
+                workers_used=tuple(sorted(estimate.workers_used)),
+                exact=estimate.exact,
+                decode_residual=estimate.residual,
+                bytes_up=out.bytes_up,
+                bytes_down=out.bytes_down,
+                uploads=out.uploads,
+                computations=out.computations,
+                cancelled=out.cancelled,
+                late_dropped=out.late,
+                response_seconds=out.responses,
+                worker_compute_seconds=out.computes,
+            )
+            round_hist.observe(round_s)
+            wait_hist.observe(out.wait_seconds)
+            decode_hist.observe(out.decode_seconds)
+            rounds_done.inc()
+            on_record(record)
+            if descent.reached_target(loss):
+                log.info("job %s reached target loss %.6g at round %d", self.job_id, loss, t)
+                break
+
+    async def one_round(self, t: int, point: np.ndarray, policy: Policy) -> Outcome:
+        """Round t at ``point``: from θ_t out to the decoded estimate."""
+        places, inbox, plane = self.places, self.inbox, self.plane
+        spec = policy.begin_round(t, point)
+        contacted = [w for w in spec.workers if w not in places.lost]
+        # Results are added into the policy's sum chunk by chunk as they arrive, when
+        # the policy sums every payload (Policy.arrival_sum); else assembled and offered.
+        inbox.open_round(t, policy.arrival_sum(), plane.reporters(contacted))
+        outstanding = plane.reporters(contacted)
+        vacant = {w for w in spec.workers if w in places.lost}  # wanted, lost, not replaced
+        places.vacant = vacant  # the replacer fills these places first
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + self.config.round_timeout
+        replace_by: float | None = None  # waiting for a replacement until then
+        if not policy.feasible(frozenset(outstanding)):
+            replace_by = self._await_replacement(t, policy, loop.time())
+        bytes_down = plane.send_theta(t, point, spec.params, contacted)
+        sent_at = time.perf_counter()  # θ_t is queued to every contacted worker's stream
+        self.metrics.bytes_down.inc(bytes_down)
+        self.metrics.computations.inc(len(contacted))
+        compute_max = 0.0
+        uploads = 0
+        cancelled_early = 0
+        responses: dict[int, float] = {}
+        computes: dict[int, float] = {}
+        # Decodable before any arrival: no one contacted, or (lazy policies) enough stale
+        # messages count already.
+        decodable = policy.feasible(frozenset())
+        while not decodable:
+            # While the round cannot decode without a replacement, replace_timeout rules
+            # (it may be longer than round_timeout); else round_timeout.
+            try:
+                # Results often arrive together: take one already queued without arming
+                # a timer (a deadline already past still fails at the next wait).
+                event = inbox.events.get_nowait()
+            except asyncio.QueueEmpty:
+                event = None
+            try:
+                if event is None:
+                    async with asyncio.timeout_at(
+                        replace_by if replace_by is not None else deadline_at
+                    ):
+                        event = await inbox.events.get()
+            except TimeoutError:
+                if replace_by is not None:  # no replacement in time
+                    raise JobFailed(
+                        no_replacement_message(t, sorted(vacant), self.config.replace_timeout)
+                        + self._infeasible_message(t, policy)
+                    ) from None
+                raise JobFailed(
+                    f"round {t} was not decodable within job.round_timeout="
+                    f"{self.config.round_timeout:g} s; still waiting for workers "
+                    f"{sorted(outstanding | vacant)}"
+                ) from None
+            if isinstance(event, Replaced):
+                w = event.worker
+                if not places.holds(w, event.session) or w in places.lost:
+                    continue  # stale: that newcomer was lost again since
+                if w in vacant and w not in policy.superseded():
+                    # The round still wants this worker: send it θ_t, with a round's time.
+                    vacant.discard(w)
+                    deadline_at = max(deadline_at, loop.time() + self.config.round_timeout)
+                    sent = plane.send_theta_to(w)
+                    bytes_down += sent
+                    self.metrics.bytes_down.inc(sent)
+                    self.metrics.computations.inc()
+                    contacted.append(w)
+                    outstanding.add(w)
+                    if inbox.summing is not None:
+                        inbox.expecting.add(w)
+                    if policy.feasible(frozenset(outstanding)):
+                        replace_by = None
+                continue
+            if isinstance(event, Lost):
+                if not places.holds(event.worker, event.session):
+                    continue  # stale: the index has a new holder since
+                if event.worker in outstanding and event.worker in spec.workers:
+                    vacant.add(event.worker)
+                outstanding.discard(event.worker)
+                inbox.expecting.discard(event.worker)
+                if replace_by is None and not policy.feasible(frozenset(outstanding)):
+                    why = f"worker {event.worker} was lost in round {t} ({event.reason}); "
+                    replace_by = self._await_replacement(t, policy, loop.time(), why)
+                continue
+            if event.result.round != t:
+                inbox.late += 1  # completed after its round had decoded: dropped
+                self.metrics.stragglers.labels("late_dropped").inc()
+                continue
+            if event.worker not in outstanding:
+                continue
+            outstanding.discard(event.worker)
+            if event.payload is not None or event.summed:
+                uploads += 1
+                self.metrics.uploads.inc()
+            else:
+                self.metrics.uploads_skipped.inc()
+            compute_hist, response_hist = self._worker_histograms(event.worker)
+            compute_hist.observe(event.result.compute_seconds)
+            response_hist.observe(event.received - sent_at)
+            compute_max = max(compute_max, event.result.compute_seconds)
+            responses[event.worker] = event.received - sent_at
+            computes[event.worker] = event.result.compute_seconds
+            if event.summed:
+                decodable = policy.offer_summed(event.worker)
+            else:
+                decodable = policy.offer(event.worker, event.payload)
+            if not decodable:
+                superseded = policy.superseded() & outstanding
+                if superseded:
+                    self._cancel(t, superseded)
+                    outstanding -= superseded
+                    cancelled_early += len(superseded)
+                # With a wanted worker missing, an arrival can make the round need more
+                # than it did at the loss (cyclic, polynomial and lagc wait past n-s for a
+                # near-singular set): fail or wait for a replacement now, not at
+                # round_timeout. With no one missing, every arrival keeps it feasible.
+                if vacant and replace_by is None and not policy.feasible(frozenset(outstanding)):
+                    why = (
+                        f"round {t}: the results so far decode above the policy's tol (a "
+                        "near-singular set; see its tol and code options) and the workers "
+                        "left cannot fix that; "
+                    )
+                    replace_by = self._await_replacement(t, policy, loop.time(), why)
+        decodable_at = time.perf_counter()
+        inbox.expecting.clear()  # the sum is final: later chunks of this round are dropped
+        unfinished = set(inbox.summed_prefix) - responses.keys()
+        if unfinished:  # no policy decodes so today (uncoded waits for every place)
+            raise JobFailed(
+                f"round {t} decoded without place(s) {sorted(unfinished)}, part of whose "
+                "result is in the sum: the estimate would be wrong"
+            )
+        self._cancel(t, outstanding)
+        try:
+            if self._last_decode < INLINE_DECODE_SECONDS:
+                estimate, self._last_decode = _timed(policy.decode)
+            else:
+                estimate, self._last_decode = await asyncio.to_thread(_timed, policy.decode)
+        except DecodeError as exc:
+            self.metrics.decode_errors.inc()
+            raise JobFailed(f"round {t}: decoding failed: {exc}") from None
+        decode_s = time.perf_counter() - decodable_at
+        return Outcome(
+            estimate=estimate,
+            wait_seconds=decodable_at - sent_at,
+            decode_seconds=decode_s,
+            compute_max=compute_max,
+            bytes_up=inbox.bytes_up,
+            bytes_down=bytes_down,
+            uploads=uploads,
+            computations=len(contacted),
+            cancelled=len(outstanding) + cancelled_early,
+            late=inbox.late,
+            responses=responses,
+            computes=computes,
+        )
+
+    def _worker_histograms(self, worker: int) -> tuple[Histogram, Histogram]:
+        """Worker ``worker``'s compute and response histograms (labels() once per job)."""
+        pair = self._histograms.get(worker)
+        if pair is None:
+            label = str(worker)
+            pair = (
+                self.metrics.worker_compute.labels(label),
+                self.metrics.worker_response.labels(label),
+            )
+            self._histograms[worker] = pair
+        return pair
+
+    def _cancel(self, t: int, workers: set[int] | frozenset[int]) -> None:
+        """Cancel{t} to these workers: their result for round t is not needed."""
+        if not workers:
+            return
+        self.plane.cancel(t, workers)
+        self.metrics.stragglers.labels("cancelled").inc(len(workers))
+
+    def _await_replacement(self, t: int, policy: Policy, now: float, why: str = "") -> float:
+        """The time until which round t waits for lost workers' replacements, or fail."""
+        wait = self.config.replace_timeout
+        if wait <= 0:
+            raise JobFailed(why + self._infeasible_message(t, policy))
+        log.warning(
+            "job %s: round %d cannot decode without lost worker(s) %s; waiting up to %g s "
+            "for new workers to take their place",
+            self.job_id,
+            t,
+            sorted(self.places.lost),
+            wait,
+        )
+        return now + wait
+
+    def _infeasible_message(self, t: int, policy: Policy) -> str:
+        return infeasible_message(policy.name, t, self.places.lost_labels())
+
+
+def _timed(decode: Callable[[], Estimate]) -> tuple[Estimate, float]:
+    """The estimate and the seconds ``decode`` itself took (not a thread's handoff: under
+    load that alone can pass INLINE_DECODE_SECONDS and keep a fast decode off the loop)."""
+    start = time.perf_counter()
+    estimate = decode()
+    return estimate, time.perf_counter() - start

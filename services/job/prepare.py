@@ -1,0 +1,84 @@
+"""A job's preparation before round 0, the same for the coordinator and the simulator.
+
+:func:`prepare` builds the policy and asks it for the plan (so an n that does not fit
+the code fails before any data is read), loads the dataset, splits its training rows
+into the job's seeded partitions (or takes the dataset's own split), chooses the step
+size and binds the policy to the data. It blocks (data loading, smoothness constants):
+the coordinator calls it in a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from codedgd.services.data import check_owner_partitions, load_dataset
+from codedgd.services.data.dataset import Dataset, Matrix, partition_rows, take_rows
+from codedgd.services.errors import ConfigError
+from codedgd.services.job.config import JobConfig
+from codedgd.services.models import create_model, objective_smoothness
+from codedgd.services.models.base import Model
+from codedgd.services.optim import create_optimizer
+from codedgd.services.policies import create
+from codedgd.services.policies.base import JobContext, Plan, Policy
+
+
+@dataclass
+class Prepared:
+    """What a job needs before its first round (built off the event loop)."""
+
+    dataset: Dataset
+    model: Model
+    policy: Policy
+    plan: Plan
+    blocks: list[np.ndarray]  # partition p's row indices into the training set
+    lr: float
+
+
+def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
+    """Load data, build model and policy, plan, and choose the step size (blocking)."""
+    policy = create(config.policy.name, config.policy.options, seed=config.seed)
+    model = create_model(config.model.name, config.model.options)
+    n = config.workers
+    k = config.partitions or policy.default_partitions(n)
+    plan = policy.plan(n, k)  # before loading data: a wrong n fails fast
+    dataset = load_dataset(
+        config.data.name, config.data.options, seed=config.seed, data_dir=data_dir
+    )
+    if k > dataset.n_train:
+        raise ConfigError(f"{k} partitions but only {dataset.n_train} training rows")
+    if dataset.blocks is not None:
+        check_owner_partitions(dataset.name, len(dataset.blocks), k)
+        blocks = [np.asarray(b, dtype=np.int64) for b in dataset.blocks]
+    else:
+        blocks = partition_rows(dataset.n_train, k, config.seed)
+    lr = choose_lr(config, model, dataset.X_train)
+    policy.bind(_context(config, model, dataset, blocks, lr))
+    return Prepared(dataset, model, policy, plan, blocks, lr)
+
+
+def _context(
+    config: JobConfig, model: Model, dataset: Dataset, blocks: list[np.ndarray], lr: float
+) -> JobContext:
+    """The policy's view of the loaded job (smoothness computed only when asked)."""
+    n_rows = dataset.n_train
+
+    def smoothness(partitions: Sequence[int]) -> float:
+        rows = np.sort(np.concatenate([blocks[p] for p in partitions]))
+        return float(model.smoothness(take_rows(dataset.X_train, rows))) / n_rows
+
+    # The same schedule the job's optimizer follows (its step sizes depend on the options only).
+    schedule = create_optimizer({**config.optimizer, "lr": lr}, np.zeros(1)).step_size
+    return JobContext(n_rows=n_rows, step_size=lr, smoothness=smoothness, step_size_at=schedule)
+
+
+def choose_lr(config: JobConfig, model: Model, X: Matrix) -> float:
+    """The step size: a number, or "auto" = 1/L for the objective (1/N)Σℓ + (λ/2)‖θ‖²."""
+    lr = config.optimizer.get("lr", "auto")
+    if lr == "auto":
+        return 1.0 / float(objective_smoothness(model, X))
+    if isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0:
+        raise ConfigError(f'optimizer.lr must be a positive number or "auto", got {lr!r}')
+    return float(lr)
