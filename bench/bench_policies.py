@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from codedgd.client.cli import summarize
 from codedgd.client.local import run_local
+from codedgd.client.results import summarize
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.reports import RoundRecord, write_results
 

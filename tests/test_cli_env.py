@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from codedgd.client.cli import apply_env_defaults, build_parser, check_env, env_name, job_from_args
+from codedgd.client.cli import build_parser
+from codedgd.client.cli.options import apply_env_defaults, check_env, env_name, job_from_args
 from codedgd.client.local import worker_environment
 from codedgd.services.errors import ConfigError
 from codedgd.services.security import TOKEN_ENV

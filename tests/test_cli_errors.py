@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from codedgd.client.api import Client, JobState
-from codedgd.client.cli import _watch, check_output, main, result_paths, summarize
+from codedgd.client.cli import main
+from codedgd.client.cli.jobs import watch_job as _watch
+from codedgd.client.results import check_output, result_paths, summarize
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.coordinator.service import _validate
 from codedgd.services.errors import ConfigError, JobFailed
@@ -122,7 +124,8 @@ def test_a_bad_variable_stops_only_commands_with_its_flag(
 
 
 def _job_of(argv: list[str]) -> JobConfig:
-    from codedgd.client.cli import apply_env_defaults, build_parser, check_env, job_from_args
+    from codedgd.client.cli import build_parser
+    from codedgd.client.cli.options import apply_env_defaults, check_env, job_from_args
 
     parser = build_parser()
     errors = apply_env_defaults(parser)

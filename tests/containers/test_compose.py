@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from codedgd.client.health import coordinator_status
+from codedgd.client.cli.health import coordinator_status
 from tests.containers.support import (
     COMPOSE_FILE,
     ROOT,

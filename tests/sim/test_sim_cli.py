@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codedgd.client.sim_cli import add_report_parser, add_simulate_parser
+from codedgd.client.cli.report import add_parser as add_report_parser
+from codedgd.client.cli.simulate import add_parser as add_simulate_parser
 from codedgd.services.reports import read_results
 
 

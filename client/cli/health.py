@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from codedgd.client.cli.options import apply_env_defaults, check_env
 from codedgd.services.errors import CodedGDError
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
@@ -163,11 +164,9 @@ def _probe_coordinator(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m client.health``: the same probe without the rest of the CLI."""
+    """``python -m codedgd.client.cli.health``: the same probe without the rest of the CLI."""
     parser = argparse.ArgumentParser(prog="codedgd")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    from codedgd.client.cli import apply_env_defaults, check_env
-
     env_errors = apply_env_defaults(parser)
     args = parser.parse_args(["health", *(argv if argv is not None else sys.argv[1:])])
     try:

@@ -1,21 +1,24 @@
-"""`codedgd simulate` and `codedgd report` (wired into client/cli.py's parser).
-
-codedgd simulate   a job on the discrete-event simulator (virtual clock, real arithmetic)
-codedgd report     figures and a time-to-target table from result files
-"""
+"""`codedgd simulate`: a job on the discrete-event simulator (virtual clock, real arithmetic)."""
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
 import time
 from pathlib import Path
 from typing import Any
 
-from codedgd.client.cli import EPILOG, add_job_arguments, job_from_args
-from codedgd.services.errors import ConfigError, JobFailed
-from codedgd.services.job import Component, JobConfig
+from codedgd.client.cli.exits import save_unfinished, sigterm_raises
+from codedgd.client.cli.options import EPILOG, add_job_arguments, job_from_args
+from codedgd.client.results import (
+    check_output,
+    default_output,
+    summarize,
+    summary_line,
+    write_result_pair,
+)
+from codedgd.services.errors import JobFailed
+from codedgd.services.job import Component
 from codedgd.services.reports import RoundRecord
 
 
@@ -26,7 +29,7 @@ def _float_or_inf(text: str) -> float:
     return value
 
 
-def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``simulate`` to a subparsers object (``parser.add_subparsers()``)."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "simulate",
@@ -156,28 +159,14 @@ def cost_from_args(args: argparse.Namespace) -> Any:
     )
 
 
-def _default_output(config: JobConfig) -> Path:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = f"sim-{config.policy.name}-n{config.workers}-seed{config.seed}-{stamp}.json"
-    return Path("results") / name
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from codedgd.client.cli import (
-        _summary_line,
-        check_output,
-        save_unfinished,
-        sigterm_raises,
-        summarize,
-        write_result_pair,
-    )
     from codedgd.client.progress import Progress
     from codedgd.services.sim import Simulator
     from codedgd.services.sim.trace import trace_from_results, write_trace
 
     config = job_from_args(args)
     cost = cost_from_args(args)
-    out = Path(args.output) if args.output else _default_output(config)
+    out = Path(args.output) if args.output else default_output(config, prefix="sim-")
     check_output(out)  # before simulating, not after it
     if args.trace_from_results:
         table = trace_from_results(args.trace_from_results, kind=args.trace_kind)
@@ -220,77 +209,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     }
     job_doc = {**config.to_dict(), "job_id": result.job_id, "simulation": simulation}
     json_path, csv_path = write_result_pair(out, job_doc, result.records, summary)
-    print(_summary_line(summary) + " (simulated time)")
+    print(summary_line(summary) + " (simulated time)")
     print(
         f"simulated in {result.elapsed_seconds:.1f} s; {result.gradients_computed} worker "
         f"gradients computed, {result.gradients_skipped} skipped (cancelled)"
     )
     print(f"results: {json_path} and {csv_path}")
     return 0
-
-
-def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``report`` to a subparsers object."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "report",
-        help="plots and a time-to-target table from result files",
-        description=(
-            "Read result files of `codedgd run` / `codedgd simulate` (.json) and write, "
-            "into --out-dir: loss and held-out metric against wall-clock time and against "
-            "rounds, the distribution of round times per run (PNG and SVG), report.md "
-            "(a markdown table of round times, final loss/metric, time to the target loss "
-            "and speedups over the baseline, with the figures) and report.json (the same "
-            "numbers at full precision). One color per policy. Needs matplotlib "
-            "(pip install 'codedgd[report]')."
-        ),
-        epilog=EPILOG,
-    )
-    p.add_argument("results", nargs="+", metavar="RESULTS.json", help="result files")
-    p.add_argument(
-        "--out-dir", "-o", default="report", help="directory of the report (default ./report)"
-    )
-    p.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        help="a legend label per result file, in order, repeatable "
-        "(default: policy(params), [sim] for simulated runs)",
-    )
-    p.add_argument(
-        "--target-loss",
-        type=float,
-        help="target training loss of the time-to-target column (default: the jobs' "
-        "shared target_loss, else 95 %% of the way from the first loss to the lowest loss "
-        "every run reaches)",
-    )
-    p.add_argument(
-        "--baseline",
-        help="label or 0-based index of the run the speedups are relative to "
-        "(default: the first uncoded run, else the first)",
-    )
-    p.add_argument("--title", default="codedgd report", help="title of report.md")
-    p.add_argument("--no-figures", action="store_true", help="only report.md and report.json")
-    p.set_defaults(func=cmd_report)
-    return p
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from codedgd.services.report import build_report
-
-    if args.label and len(args.label) != len(args.results):
-        raise ConfigError(f"{len(args.label)} --label(s) for {len(args.results)} result file(s)")
-    files = build_report(
-        args.results,
-        args.out_dir,
-        labels=args.label,
-        target_loss=args.target_loss,
-        baseline=args.baseline,
-        figures=not args.no_figures,
-        title=args.title,
-    )
-    print(files.markdown.read_text(encoding="utf-8"))
-    print(f"report: {files.markdown}, {files.json}, {len(files.figures)} figure file(s)")
-    return 0
-
-
-__all__ = ["add_report_parser", "add_simulate_parser", "cmd_report", "cmd_simulate"]

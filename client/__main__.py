@@ -1,0 +1,7 @@
+"""``python -m codedgd.client ...``: the `codedgd` command."""
+
+import sys
+
+from codedgd.client.cli import main
+
+sys.exit(main())

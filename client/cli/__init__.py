@@ -1,0 +1,95 @@
+"""The `codedgd` command line: one module per command (or group), over :mod:`.options`.
+
+    codedgd run            a coordinator and N worker processes on this machine, one job (run.py)
+    codedgd coordinator    serve a coordinator (workers and clients dial in)      (serve.py)
+    codedgd worker         serve as a worker of a coordinator                     (serve.py)
+    codedgd submit         submit a job to a running coordinator (and watch it)   (jobs.py)
+    codedgd watch          follow a job's rounds                                  (jobs.py)
+    codedgd status         jobs and workers of a coordinator                      (jobs.py)
+    codedgd cancel         cancel a job                                           (jobs.py)
+    codedgd policies       the aggregation policies and their parameters          (catalog.py)
+    codedgd stragglers     the straggler models and their options                 (catalog.py)
+    codedgd simulate       the same job on a virtual clock                        (simulate.py)
+    codedgd report         plots and tables from result files                     (report.py)
+    codedgd health         container healthcheck probe                            (health.py)
+
+Every error a user can cause prints one line naming the fix (exit status 2); never a
+traceback. A command module registers its subcommand(s) with ``add_parser(s)`` and sets
+``func``; it imports nothing from this package's other command modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from codedgd.client.cli import catalog, health, jobs, report, run, serve, simulate
+from codedgd.client.cli.exits import Terminated
+from codedgd.client.cli.options import EPILOG, apply_env_defaults, check_env
+from codedgd.services.errors import CodedGDError, ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="codedgd",
+        description="Straggler-resilient, communication-efficient distributed gradient descent.",
+        epilog=EPILOG,
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run.add_parser(sub)
+    serve.add_parsers(sub)
+    jobs.add_parsers(sub)
+    catalog.add_parsers(sub)
+    simulate.add_parser(sub)
+    report.add_parser(sub)
+    health.add_parser(sub)
+    for command in sub.choices.values():  # -v after the command too: `codedgd run -v`
+        command.add_argument(
+            "-v",
+            "--verbose",
+            action="count",
+            default=argparse.SUPPRESS,
+            help="more logging (-vv: debug)",
+        )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    env_errors = apply_env_defaults(parser)
+    args = parser.parse_args(argv)
+    try:
+        check_env(env_errors, args.command)
+    except ConfigError as exc:
+        print(f"codedgd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2)
+        if args.command not in ("coordinator", "worker")
+        else logging.INFO - 10 * min(args.verbose, 1),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command in ("run", "coordinator", "worker"):
+        from codedgd.services.allocator import keep_freed_memory
+
+        keep_freed_memory()
+    try:
+        return int(args.func(args))
+    except CodedGDError as exc:
+        print(f"codedgd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except Terminated:
+        print(f"codedgd {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return Terminated.exit_code
+    except KeyboardInterrupt:
+        print(f"codedgd {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"codedgd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["build_parser", "main"]

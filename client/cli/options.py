@@ -1,0 +1,281 @@
+"""What every `codedgd` command shares: environment defaults, job flags, security flags.
+
+Every long option of every command reads its default from ``CODEDGD_<FLAG_NAME>`` (a flag
+on the command line wins); containers and cloud-init configure the services this way.
+The job flags (``--workers``, ``--policy``, ...) override a ``--config`` job file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from codedgd.services.errors import ConfigError
+from codedgd.services.job import Component, JobConfig
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+EPILOG = (
+    "Every --flag-name also reads its default from the environment variable "
+    "CODEDGD_FLAG_NAME (a flag on the command line wins), except --verbose and the "
+    "repeatable --param, --data-opt and --straggler-opt. "
+    "Documentation: README.md and docs/ in the codedgd repository."
+)
+ENV_PREFIX = "CODEDGD_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_name(option: str) -> str:
+    """``--metrics-port`` → ``CODEDGD_METRICS_PORT``."""
+    return ENV_PREFIX + option.lstrip("-").upper().replace("-", "_")
+
+
+def apply_env_defaults(
+    parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None
+) -> dict[str, ConfigError]:
+    """Give every long option of every subcommand its default from CODEDGD_<NAME>.
+
+    Containers and cloud-init configure the services this way. A value that does not
+    parse is not applied; its error, naming the variable, comes back under its
+    subcommand's name ("" for the top level) so that only the command that has the
+    option refuses to start (:func:`check_env`): a bad CODEDGD_WORKERS must not break
+    `codedgd policies` or `--help`.
+    """
+    env = os.environ if environ is None else environ
+    parsers: list[tuple[str, argparse.ArgumentParser]] = [("", parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.extend(action.choices.items())
+    errors: dict[str, ConfigError] = {}
+    for command, p in parsers:
+        for action in p._actions:
+            longs = [o for o in action.option_strings if o.startswith("--")]
+            if not longs or action.dest in ("help", "verbose"):
+                continue
+            name = env_name(longs[0])
+            if name not in env:
+                continue
+            raw = env[name]
+            if isinstance(action, argparse._StoreTrueAction | argparse.BooleanOptionalAction) or (
+                action.nargs == 0 and action.const is True
+            ):
+                if raw.strip().lower() not in _TRUE | _FALSE:
+                    errors.setdefault(
+                        command,
+                        ConfigError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no"),
+                    )
+                    continue
+                action.default = raw.strip().lower() in _TRUE
+                continue
+            if isinstance(action, argparse._AppendAction) or action.nargs not in (None, "?"):
+                continue  # repeatable and list-valued flags (e.g. --param): command line only
+            try:
+                action.default = action.type(raw) if callable(action.type) else raw
+            except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+                errors.setdefault(
+                    command, ConfigError(f"{name}={raw!r} is not valid for {longs[0]}: {exc}")
+                )
+    return errors
+
+
+def check_env(errors: Mapping[str, ConfigError], command: str) -> None:
+    """Raise the environment error of ``command`` (or of the top level), if any."""
+    for key in ("", command):
+        if key in errors:
+            raise errors[key]
+
+
+# ---------------------------------------------------------------- job options
+
+
+def _kv(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), _scalar(value.strip())
+
+
+def _scalar(value: str) -> Any:
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def add_job_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("job (flags override the --config file)")
+    g.add_argument("--config", "-c", metavar="JOB.toml", help="job file (TOML); see README")
+    g.add_argument("--workers", "-n", type=int, help="number of workers n (default 4)")
+    g.add_argument("--rounds", "-r", type=int, help="number of rounds (default 100)")
+    g.add_argument("--seed", type=int, help="seed of every random choice (default 0)")
+    g.add_argument(
+        "--partitions",
+        "-k",
+        type=int,
+        help="number of data partitions k (default: the policy's choice, k = n)",
+    )
+    g.add_argument(
+        "--target-loss", type=float, help="stop once the training objective is at or below this"
+    )
+    g.add_argument("--eval-every", type=int, help="evaluate loss/metric every N rounds (default 1)")
+    g.add_argument(
+        "--round-timeout",
+        type=float,
+        help="seconds a round may wait before the job fails (default 300; while it waits "
+        "for a lost worker's replacement, --replace-timeout applies instead)",
+    )
+    g.add_argument(
+        "--replace-timeout",
+        type=float,
+        help="seconds a round that lost a worker it cannot do without waits for a new "
+        "worker to connect and take its place, even past --round-timeout (default 0: the "
+        "job fails at once)",
+    )
+    g.add_argument(
+        "--spares",
+        type=int,
+        help="idle workers standing by to take a lost worker's place at once: `run` starts "
+        "this many beyond n and `simulate` models them; needs --replace-timeout > 0 "
+        "(default 0; a coordinator you start yourself uses whatever idle workers are "
+        "connected)",
+    )
+    g.add_argument(
+        "--policy", "-p", help="aggregation policy (default uncoded; see `codedgd policies`)"
+    )
+    g.add_argument(
+        "--param",
+        action="append",
+        type=_kv,
+        default=[],
+        metavar="KEY=VALUE",
+        help="policy parameter, repeatable (e.g. --param s=1)",
+    )
+    g.add_argument(
+        "--data",
+        "-d",
+        help="dataset: synthetic (default), lag-synthetic, amazon, covtype, kc-house",
+    )
+    g.add_argument(
+        "--data-opt",
+        action="append",
+        type=_kv,
+        default=[],
+        metavar="KEY=VALUE",
+        help="dataset option, repeatable (synthetic: rows, dim, task, density, noise, "
+        "test_fraction; lag-synthetic: workers, dim, growth, noise; real: test_fraction)",
+    )
+    g.add_argument("--model", "-m", help="model: logistic (default) or least-squares")
+    g.add_argument(
+        "--l2",
+        type=float,
+        help="L2 regularization λ (default 1e-4 with the default logistic model; 0 when "
+        "--model or the job file's [model] names a model without l2)",
+    )
+    g.add_argument("--lr", help='step size, a number or "auto" = 1/L (default auto)')
+    g.add_argument(
+        "--schedule", help="step-size schedule: constant, inverse-sqrt, inverse-time, step"
+    )
+    g.add_argument(
+        "--nesterov",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Nesterov acceleration on or off (default: the job file's, else off)",
+    )
+    g.add_argument(
+        "--stragglers",
+        help="straggler model: none (default), exponential, shifted-exponential, pareto, "
+        "fixed, slowdown, fail-stop, crash, trace (options: `codedgd stragglers`)",
+    )
+    g.add_argument(
+        "--straggler-opt",
+        action="append",
+        type=_kv,
+        default=[],
+        metavar="KEY=VALUE",
+        help="straggler model option, repeatable (e.g. --straggler-opt mean=0.05)",
+    )
+
+
+def job_from_args(args: argparse.Namespace) -> JobConfig:
+    if args.partitions is not None and args.partitions < 1:
+        raise ConfigError(
+            f"--partitions {args.partitions}: k must be at least 1 (leave the flag out for "
+            "the policy's default, k = n)"
+        )
+    base = JobConfig.from_toml(args.config) if args.config else JobConfig()
+    changes: dict[str, Any] = {}
+    for flag, key in (
+        ("workers", "workers"),
+        ("rounds", "rounds"),
+        ("seed", "seed"),
+        ("partitions", "partitions"),
+        ("target_loss", "target_loss"),
+        ("eval_every", "eval_every"),
+        ("round_timeout", "round_timeout"),
+        ("replace_timeout", "replace_timeout"),
+        ("spares", "spares"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[key] = value
+    changes["policy"] = _merge(base.policy, args.policy, args.param)
+    changes["data"] = _merge(base.data, args.data, args.data_opt)
+    model_opts = [("l2", args.l2)] if args.l2 is not None else []
+    changes["model"] = _merge(base.model, args.model, model_opts)
+    changes["stragglers"] = _merge(base.stragglers, args.stragglers, args.straggler_opt)
+    optimizer = dict(base.optimizer)
+    if args.lr is not None:
+        optimizer["lr"] = args.lr if args.lr == "auto" else _scalar(args.lr)
+    if args.schedule is not None:
+        optimizer["schedule"] = args.schedule
+    if args.nesterov is not None:
+        optimizer["nesterov"] = args.nesterov
+    changes["optimizer"] = optimizer
+    return base.replace(**changes)
+
+
+def _merge(base: Component, name: str | None, options: Sequence[tuple[str, Any]]) -> Component:
+    if name is not None and name != base.name:
+        merged: dict[str, Any] = {}  # a different component: the file's options do not apply
+    else:
+        merged = dict(base.options)
+    merged.update(dict(options))
+    return Component(name or base.name, merged)
+
+
+# ---------------------------------------------------------------- security
+
+
+def add_security_arguments(p: argparse.ArgumentParser, *, server: bool) -> None:
+    g = p.add_argument_group("security")
+    g.add_argument("--token", help="shared secret (default: $CODEDGD_TOKEN); prefer --token-file")
+    g.add_argument("--token-file", help="read the shared secret from this file")
+    if server:
+        g.add_argument("--tls-cert", help="serve TLS with this certificate (PEM)")
+        g.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
+        g.add_argument("--tls-ca", help="require client certificates signed by this CA (mTLS)")
+    else:
+        g.add_argument("--tls-ca", help="verify the coordinator's TLS certificate with this CA")
+        g.add_argument("--tls-cert", help="client certificate for mutual TLS (PEM)")
+        g.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
+        g.add_argument("--tls-server-name", help="name to verify in the coordinator's certificate")
+
+
+def security_from_args(args: argparse.Namespace) -> Any:
+    from codedgd.services.security import Security
+
+    return Security.from_options(
+        token=args.token,
+        token_file=args.token_file,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        tls_server_name=getattr(args, "tls_server_name", None),
+    )

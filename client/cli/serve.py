@@ -1,0 +1,142 @@
+"""`codedgd coordinator` and `codedgd worker`: the two long-running services."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from codedgd.client.cli.options import (
+    DEFAULT_ADDRESS,
+    EPILOG,
+    add_job_arguments,
+    add_security_arguments,
+    job_from_args,
+    security_from_args,
+)
+from codedgd.services.errors import CodedGDError
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "coordinator",
+        help="serve a coordinator",
+        description="Serve the coordinator: workers dial in, clients submit jobs.",
+        epilog=EPILOG,
+    )
+    p.add_argument(
+        "--listen", default="0.0.0.0:50051", help="address to serve gRPC on (default 0.0.0.0:50051)"
+    )
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument("--data-dir", help="directory of the real datasets (default $CODEDGD_DATA_DIR)")
+    p.add_argument(
+        "--assign-timeout",
+        type=float,
+        default=120.0,
+        help="seconds a job waits for enough workers (default 120)",
+    )
+    p.add_argument(
+        "--run-default-job",
+        action="store_true",
+        help="submit the job given by the job flags at start (also with --config)",
+    )
+    add_job_arguments(p)
+    add_security_arguments(p, server=True)
+    p.set_defaults(func=cmd_coordinator)
+
+    p = sub.add_parser(
+        "worker",
+        help="serve as a worker",
+        epilog=EPILOG,
+        description="Dial a coordinator and compute the rounds it assigns; "
+        "reconnects with backoff until the coordinator says Shutdown.",
+    )
+    p.add_argument(
+        "--coordinator", default=DEFAULT_ADDRESS, help=f"host:port (default {DEFAULT_ADDRESS})"
+    )
+    p.add_argument("--name", help="worker name shown by the coordinator (default host:pid)")
+    p.add_argument(
+        "--data-dir", help="directory of the real datasets, when jobs load data on workers"
+    )
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument(
+        "--no-reconnect",
+        action="store_true",
+        help="exit when the stream ends (a stream that fails before the coordinator "
+        "answers is tried up to 3 times)",
+    )
+    add_security_arguments(p, server=False)
+    p.set_defaults(func=cmd_worker)
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from codedgd.services.address import UNIX_PREFIXES, parse_address
+    from codedgd.services.coordinator.server import CoordinatorServer, serve_forever
+
+    security = security_from_args(args)
+    # A malformed --listen is refused before the warning below speaks of it.
+    host = "" if args.listen.startswith(UNIX_PREFIXES) else parse_address(args.listen)[0]
+    if security.token is None and host not in ("", "127.0.0.1", "localhost", "::1"):
+        logging.getLogger("codedgd").warning(
+            "serving on %s without a token: anyone who reaches this port can join or submit "
+            "jobs. Set --token-file (and TLS) outside a private network.",
+            args.listen,
+        )
+    job = job_from_args(args) if (args.config or args.run_default_job) else None
+
+    async def main() -> None:
+        server = await CoordinatorServer.start(
+            args.listen,
+            security=security,
+            metrics_port=args.metrics_port,
+            data_dir=args.data_dir,
+            assign_timeout=args.assign_timeout,
+        )
+        print(
+            f"coordinator listening on {args.listen} (port {server.port})"
+            + (f", metrics on :{server.metrics_port}/metrics" if server.metrics_port else ""),
+            flush=True,
+        )
+        if job is not None:
+            try:
+                run = server.service.submit(job)
+            except CodedGDError:
+                await server.stop()  # a bad job: nothing stays half-started
+                raise
+            print(f"submitted job {run.id}", flush=True)
+        await serve_forever(server)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
+
+    options = WorkerOptions(
+        coordinator=args.coordinator,
+        security=security_from_args(args),
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        reconnect=not args.no_reconnect,
+    )
+    if args.name:
+        options.name = args.name
+
+    async def main() -> None:
+        agent = WorkerAgent(options)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, agent.stop)
+        if args.metrics_port is not None:
+            from codedgd.services.worker.metrics import serve_worker_metrics
+
+            serve_worker_metrics(agent, args.metrics_port)
+        await agent.run()
+
+    asyncio.run(main())
+    return 0
