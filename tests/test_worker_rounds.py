@@ -21,7 +21,9 @@ from codedgd.services.models import LogisticRegression
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import THETA_DATA, WORKER_TENSOR_PATHS, Assembler, chunks, framed
 from codedgd.services.worker import agent as worker_agent
-from codedgd.services.worker.agent import WorkerAgent, WorkerOptions, _Job, _Upload
+from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
+from codedgd.services.worker.rounds import Job as _Job
+from codedgd.services.worker.rounds import Upload as _Upload
 
 DIM = 6
 
@@ -53,7 +55,7 @@ def _agent(model: LogisticRegression, stragglers: object | None) -> WorkerAgent:
     job = _Job("j", assignment, None)  # type: ignore[arg-type]
     job.computer = Computer(model, [PartitionRows(0, X, y)], np.ones((1, 1)))
     job.straggler = stragglers  # type: ignore[assignment]
-    agent._job = job
+    agent.rounds.job = job
     return agent
 
 
@@ -70,7 +72,7 @@ async def _round(agent: WorkerAgent, t: int) -> pb.WorkerMessage | _Upload:
     frame = worker_agent._coordinator_frame(_theta_frame(t))
     assert not isinstance(frame, Exception)
     assert await agent._handle(frame.message, frame.data)
-    job = agent._job
+    job = agent.rounds.job
     assert job is not None
     if job.task is not None:
         await job.task
@@ -90,12 +92,12 @@ async def test_both_paths_send_the_gradient() -> None:
             result.message.result.payload, result.data
         )
         assert result.message.result.round == t
-        job = agent._job
+        job = agent.rounds.job
         assert job is not None and job.computer is not None
         part = job.computer.partitions[0]
         expected = LogisticRegression().grad_sum(np.linspace(-1, 1, DIM), part.X, part.y)
         assert got is not None and np.array_equal(got, expected)
-    assert agent.rounds_computed == 3
+    assert agent.stats.rounds_computed == 3
 
 
 async def test_a_failing_straggler_model_is_reported_on_both_paths() -> None:
@@ -115,11 +117,11 @@ async def test_a_failing_computation_is_reported_on_both_paths() -> None:
     for t in range(2):
         # Round 0 computes in a thread and reports from the loop; round 1 (taken as
         # short) computes on the loop.
-        agent._last_compute = float("inf") if t == 0 else 0.0
+        agent.rounds.last_compute = float("inf") if t == 0 else 0.0
         out = await _round(agent, t)
         assert isinstance(out, pb.WorkerMessage) and out.WhichOneof("kind") == "error"
         assert out.error.round == t
         assert out.error.message == (
             "gradient computation failed: FloatingPointError: overflow in the gradient"
         )
-    assert agent.rounds_computed == 0
+    assert agent.stats.rounds_computed == 0

@@ -25,49 +25,49 @@ class _AgentCollector(Collector):
 
     def collect(self):  # type: ignore[no-untyped-def]
         a = self.agent
+        stats = a.stats
         yield CounterMetricFamily(
             "codedgd_worker_rounds_computed_total",
             "Rounds whose result this worker sent.",
-            value=a.rounds_computed,
+            value=stats.rounds_computed,
         )
         yield CounterMetricFamily(
             "codedgd_worker_rounds_cancelled_total",
             "Rounds cancelled while this worker computed or waited.",
-            value=a.rounds_cancelled,
+            value=stats.rounds_cancelled,
         )
         yield CounterMetricFamily(
             "codedgd_worker_compute_seconds_total",
             "Seconds spent computing gradients.",
-            value=a.compute_seconds_total,
+            value=stats.compute_seconds_total,
         )
         yield CounterMetricFamily(
             "codedgd_worker_delay_seconds_total",
             "Seconds of injected straggler delay.",
-            value=a.delay_seconds_total,
+            value=stats.delay_seconds_total,
         )
         yield CounterMetricFamily(
             "codedgd_worker_bytes_sent_total",
             "Result payload bytes sent.",
-            value=a.bytes_sent_total,
+            value=stats.bytes_sent_total,
         )
         yield CounterMetricFamily(
             "codedgd_worker_uploads_skipped_total",
             "Rounds whose result this worker computed but did not upload (lag-wk trigger).",
-            value=a.uploads_skipped,
+            value=stats.uploads_skipped,
         )
         yield CounterMetricFamily(
             "codedgd_worker_crashes_total",
             "Times this worker dropped its connection because the job's straggler model "
             "(crash) said so.",
-            value=a.crashes,
+            value=stats.crashes,
         )
         yield GaugeMetricFamily(
             "codedgd_worker_connected",
             "1 while the stream to the coordinator is open.",
             value=1.0 if a.connected else 0.0,
         )
-        job = getattr(a, "_job", None)
-        index = getattr(getattr(job, "assignment", None), "worker_index", None)
+        index = a.rounds.worker_index
         yield GaugeMetricFamily(
             "codedgd_worker_index",
             "This worker's index in the running job's plan (the coordinator's worker label); "

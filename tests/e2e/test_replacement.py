@@ -311,7 +311,7 @@ async def test_a_worker_counts_its_crashes_and_exports_them(
         name = job.places.holders[crashed].name
         agent = next(a for a in agents if a.options.name == name)
         await asyncio.wait_for(tasks[agents.index(agent)], 10)  # it left run() for good
-        assert [a.crashes for a in agents] == [int(a is agent) for a in agents]
+        assert [a.stats.crashes for a in agents] == [int(a is agent) for a in agents]
         registry = CollectorRegistry()
         registry.register(_AgentCollector(agent))
         assert b"codedgd_worker_crashes_total 1.0" in generate_latest(registry)

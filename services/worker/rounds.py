@@ -1,0 +1,396 @@
+"""A worker's job and its rounds: θ in, the encoded gradient computed, delayed and sent.
+
+For each round the coordinator sends θ_t in ``RoundStart`` chunks. Once θ_t is whole,
+the worker computes its message (per-partition gradient sums, encoded with its
+coefficients; :class:`~codedgd.services.compute.gradient.Computer`) in a thread so a
+Cancel is handled at once (the thread stops at the next partition boundary), sleeps the
+job's seeded straggler delay (a cancellable ``asyncio.sleep``), and queues its ``Result``,
+or, when LAG-WK's trigger says the gradient barely moved, a ``Result`` marked ``skipped``.
+A computation measured short last round runs on the event loop instead (the thread
+hand-off would cost more). θ of a newer round, or Cancel, ends the round in progress.
+
+A round that fails (the computation, the straggler model, the trigger) is reported to the
+coordinator as a ``WorkerError``, which decides; the worker lives on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from codedgd.services.compute.gradient import CancelFlag, Cancelled, Computer, ComputeResult
+from codedgd.services.compute.lazy import LazyUploader
+from codedgd.services.errors import CodedGDError, WireError
+from codedgd.services.job import JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.stragglers import crash_restart
+from codedgd.services.stragglers.base import StragglerModel
+from codedgd.services.wire import RESULT_DATA, Assembler, BufferPool, chunks, framed
+from codedgd.services.worker.assignment import PartitionIntake, build
+
+log = logging.getLogger("codedgd.worker")
+
+# A computation that took less than this last round runs on the event loop: the
+# thread hand-off would cost more than it saves, and it is too short to delay a Cancel.
+INLINE_COMPUTE_SECONDS = 0.002
+
+
+@dataclass
+class WorkerStats:
+    """A worker's running totals (read by its Prometheus endpoint at scrape time)."""
+
+    rounds_computed: int = 0
+    rounds_cancelled: int = 0
+    compute_seconds_total: float = 0.0
+    delay_seconds_total: float = 0.0
+    bytes_sent_total: int = 0
+    uploads_skipped: int = 0
+    crashes: int = 0
+
+
+@dataclass
+class Job:
+    """The job this worker holds a place in, and its round in progress."""
+
+    job_id: str
+    assignment: pb.Assignment
+    config: JobConfig
+    intake: PartitionIntake = field(default_factory=PartitionIntake)
+    computer: Computer | None = None
+    straggler: StragglerModel | None = None
+    theta: Assembler | None = None
+    theta_round: int = -1
+    theta_params: dict[str, float] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+    task_round: int = -1
+    cancel_event: CancelFlag = field(default_factory=CancelFlag)
+    lazy: LazyUploader = field(default_factory=LazyUploader)
+    # θ of this round, of a cancelled round still being computed, one spare.
+    theta_pool: BufferPool = field(default_factory=lambda: BufferPool(3))
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A result's frames, made one at a time as the stream takes them.
+
+    Once the round is cancelled (a Cancel, or θ of a newer round), the chunks not
+    yet taken are never framed or sent: the coordinator no longer wants them and
+    drops a partial result with its round. A slow worker's upload thus stops
+    costing bandwidth the moment the round decodes without it. (Framing late was
+    also meant to keep the bytes in cache for gRPC's copy; repeated A/B runs show
+    no CPU difference, see docs/benchmarks.md.)
+    """
+
+    job_id: str
+    round: int
+    payload: np.ndarray
+    compute_seconds: float
+    delay_seconds: float
+    cancel: CancelFlag
+    chunk_bytes: int
+    on_sent: Callable[[int], None]
+
+    def __iter__(self) -> Iterator[bytes]:
+        for c in chunks("gradient", self.payload, self.chunk_bytes):
+            if self.cancel.is_set():
+                return
+            message = pb.WorkerMessage()
+            out = message.result
+            out.job_id = self.job_id
+            out.round = self.round
+            if c.index == 0:
+                out.compute_seconds = self.compute_seconds
+                out.delay_seconds = self.delay_seconds
+            c.fill(out.payload, with_data=False)
+            self.on_sent(len(c.data))
+            yield framed(message, RESULT_DATA, c.data)  # the one copy of the payload
+
+
+Outgoing = pb.WorkerMessage | bytes | Upload
+
+
+class Rounds:
+    """One worker's job (at most one at a time) and the rounds it computes for it."""
+
+    def __init__(
+        self,
+        send: Callable[[Outgoing], None],
+        *,
+        data_dir: Path | None,
+        chunk_bytes: int,
+        stats: WorkerStats,
+    ) -> None:
+        self._send = send
+        self.data_dir = data_dir
+        self.chunk_bytes = chunk_bytes
+        self.stats = stats
+        self.job: Job | None = None
+        self.last_compute = float("inf")  # seconds the last computation took
+
+    @property
+    def worker_index(self) -> int | None:
+        """This worker's place in the running job's plan, if it holds one."""
+        return int(self.job.assignment.worker_index) if self.job is not None else None
+
+    # ------------------------------------------------------------ assignment
+
+    def start_job(self, assignment: pb.Assignment) -> None:
+        self.drop_job()
+        config = JobConfig.from_json(assignment.job_json)
+        self.job = Job(assignment.job_id, assignment, config)
+
+    def add_data(self, data: pb.PartitionData, raw: memoryview | None) -> None:
+        job = self.job
+        if job is None or data.job_id != job.job_id:
+            return
+        try:
+            job.intake.add(data, raw)
+        except WireError as exc:
+            self._error(job.job_id, 0, f"bad partition data: {exc}")
+
+    async def finish_assignment(self, job_id: str) -> None:
+        """AssignmentEnd: build the job's computation off the loop, then acknowledge."""
+        job = self.job
+        if job is None or job.job_id != job_id:
+            return
+        try:
+            job.computer, job.straggler = await asyncio.to_thread(
+                build, job.assignment, job.config, job.intake.arrays, self.data_dir
+            )
+        except CodedGDError as exc:
+            self._ack(job_id, str(exc))
+            return
+        except Exception as exc:  # a bug or bad data: report it, do not die
+            log.exception("cannot take assignment %s", job_id)
+            self._ack(job_id, f"{type(exc).__name__}: {exc}")
+            return
+        self._ack(job_id, "")
+
+    def end_job(self, job_id: str) -> None:
+        """JobEnd: the job is over for this worker."""
+        if self.job is not None and self.job.job_id == job_id:
+            self.drop_job()
+
+    def drop_job(self) -> None:
+        if self.job is not None:
+            self._cancel_task(self.job)
+        self.job = None
+
+    def _ack(self, job_id: str, error: str) -> None:
+        self._send(pb.WorkerMessage(ack=pb.AssignmentAck(job_id=job_id, ok=not error, error=error)))
+
+    def _error(self, job_id: str, round_: int, message: str) -> None:
+        self._send(
+            pb.WorkerMessage(error=pb.WorkerError(job_id=job_id, round=round_, message=message))
+        )
+
+    # ------------------------------------------------------------ rounds
+
+    def crash_restart(self, start: pb.RoundStart) -> float | None:
+        """The job's straggler model ``crash``: None, or the seconds until this worker,
+        taken down by θ of this round, comes back (inf: never)."""
+        job = self.job
+        if job is None or job.straggler is None or start.theta.index != 0:
+            return None
+        if start.job_id != job.job_id:
+            return None
+        a = job.assignment
+        restart = crash_restart(
+            job.straggler, int(a.worker_index), int(start.round), replacement=a.replacement
+        )
+        if restart is None:
+            return None
+        log.warning(
+            "crashing on θ of round %d, as the job's straggler model says (%s)",
+            start.round,
+            "it never comes back" if math.isinf(restart) else f"back in {restart:g} s",
+        )
+        self.stats.crashes += 1
+        return restart
+
+    def round_chunk(self, start: pb.RoundStart, data: memoryview | None) -> None:
+        """A chunk of θ_t; the last one starts round t (and ends any older one)."""
+        job = self.job
+        if job is None or start.job_id != job.job_id or job.computer is None:
+            return
+        if start.theta.index == 0:
+            job.theta = Assembler("theta", dtype="<f8", pool=job.theta_pool)
+            job.theta_round = int(start.round)
+            job.theta_params = dict(start.params)
+        if job.theta is None or job.theta_round != start.round:
+            return  # a stray chunk of an abandoned round
+        try:
+            theta = job.theta.add(start.theta, data)
+        except WireError as exc:
+            self._error(job.job_id, int(start.round), str(exc))
+            job.theta = None
+            return
+        if theta is None:
+            return
+        job.theta = None
+        self._cancel_task(job)
+        cancel = job.cancel_event = CancelFlag()
+        job.task_round = int(start.round)
+        round_, params = int(start.round), job.theta_params
+        if self.last_compute >= INLINE_COMPUTE_SECONDS:
+            job.task = asyncio.create_task(self._do_round(job, round_, theta, params, cancel))
+            return
+        # Short: computed here, and unless the straggler model delays it, sent now (no
+        # task, no extra turn of the event loop: at small ℓ most of a round's cost is
+        # such per-round overhead).
+        computer = job.computer
+        try:
+            result = computer.compute(theta, cancel)
+        except Cancelled:
+            return
+        except Exception as exc:
+            self._round_failed(job, round_, "gradient computation", exc)
+            return
+        delay = self._send_or_delay(job, round_, result, params, cancel)
+        if delay is not None:
+            job.task = asyncio.create_task(
+                self._finish_round(job, round_, result, delay, params, cancel)
+            )
+
+    def cancel(self, job_id: str, round_: int) -> None:
+        """Cancel{t}: round t's result is no longer wanted."""
+        job = self.job
+        if job is not None and job.job_id == job_id and job.task_round == round_:
+            self._cancel_task(job)
+
+    async def _do_round(
+        self,
+        job: Job,
+        round_: int,
+        theta: np.ndarray,
+        params: dict[str, float],
+        cancel: CancelFlag,
+    ) -> None:
+        """Compute in a thread (the event loop stays free for a Cancel), then finish here."""
+        computer = job.computer
+        assert computer is not None
+        try:
+            result = await asyncio.to_thread(computer.compute, theta, cancel)
+        except Cancelled:
+            return
+        except Exception as exc:
+            self._round_failed(job, round_, "gradient computation", exc)
+            return
+        if cancel.is_set():
+            return
+        delay = self._send_or_delay(job, round_, result, params, cancel)
+        if delay is not None:
+            await self._finish_round(job, round_, result, delay, params, cancel)
+
+    def _send_or_delay(
+        self,
+        job: Job,
+        round_: int,
+        result: ComputeResult,
+        params: dict[str, float],
+        cancel: CancelFlag,
+    ) -> float | None:
+        """Count the computation; send its result now, or return the delay to wait first."""
+        delay = self._computed(job, round_, result)
+        if delay is None or delay > 0:
+            return delay
+        self._send_result(job, round_, result, delay, params, cancel)
+        return None
+
+    def _computed(self, job: Job, round_: int, result: ComputeResult) -> float | None:
+        """Count a finished computation; its straggler delay, or None if the model failed."""
+        self.last_compute = result.seconds
+        self.stats.rounds_computed += 1
+        self.stats.compute_seconds_total += result.seconds
+        straggler = job.straggler
+        if straggler is None:
+            return 0.0
+        a = job.assignment
+        load = len(a.partitions) / max(1, a.n_partitions)
+        try:
+            return float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
+        except Exception as exc:  # e.g. a delay trace shorter than the job
+            self._round_failed(job, round_, "straggler model", exc)
+            return None
+
+    def _round_failed(self, job: Job, round_: int, what: str, exc: Exception) -> None:
+        """Report a round's failure to the coordinator (which decides); the worker lives on."""
+        if isinstance(exc, CodedGDError):
+            log.error("round %d: %s failed: %s", round_, what, exc)
+        else:
+            log.exception("round %d: %s failed", round_, what)
+        self._error(job.job_id, round_, f"{what} failed: {type(exc).__name__}: {exc}")
+
+    async def _finish_round(
+        self,
+        job: Job,
+        round_: int,
+        result: ComputeResult,
+        delay: float,
+        params: dict[str, float],
+        cancel: CancelFlag,
+    ) -> None:
+        """Wait the straggler delay (a Cancel ends it at once), then send."""
+        if math.isfinite(delay):
+            self.stats.delay_seconds_total += delay
+        # An infinite delay (fail-stop) never ends otherwise: this worker's result for
+        # the round never leaves.
+        await asyncio.sleep(delay)
+        self._send_result(job, round_, result, delay, params, cancel)
+
+    def _send_result(
+        self,
+        job: Job,
+        round_: int,
+        result: ComputeResult,
+        delay: float,
+        params: dict[str, float],
+        cancel: CancelFlag,
+    ) -> None:
+        """Queue the result, or (lazy aggregation's trigger) a 'skipped' note instead."""
+        try:
+            upload = job.lazy.should_upload(result.payload, params)
+        except Exception as exc:  # a payload the trigger cannot compare: say so, live on
+            self._round_failed(job, round_, "lazy aggregation's trigger", exc)
+            return
+        if not upload:
+            self.stats.uploads_skipped += 1
+            message = pb.WorkerMessage()
+            skipped = message.result
+            skipped.job_id = job.job_id
+            skipped.round = round_
+            skipped.skipped = True
+            skipped.compute_seconds = result.seconds
+            skipped.delay_seconds = delay
+            self._send(message)
+            return
+        if job.lazy.active(params):
+            job.lazy.uploaded(result.payload)
+        self._send(
+            Upload(
+                job.job_id,
+                round_,
+                result.payload,
+                result.seconds,
+                delay,
+                cancel,
+                self.chunk_bytes,
+                self._count_sent,
+            )
+        )
+
+    def _count_sent(self, nbytes: int) -> None:
+        self.stats.bytes_sent_total += nbytes
+
+    def _cancel_task(self, job: Job) -> None:
+        job.cancel_event.set()
+        if job.task is not None and not job.task.done():
+            job.task.cancel()
+            self.stats.rounds_cancelled += 1
+        job.task = None
