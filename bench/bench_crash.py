@@ -32,7 +32,7 @@ import numpy as np
 
 from bench.bench_policies import label, parse_policy
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, Simulator
 from codedgd.services.stragglers import create_straggler_model
 

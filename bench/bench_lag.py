@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord, write_results
+from codedgd.services.records import RoundRecord, write_results
 from codedgd.services.sim import CostModel, Simulator
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from pathlib import Path
 from codedgd.services.allocator import keep_freed_memory
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,7 +26,7 @@ from typing import Any
 from codedgd.client.local import run_local
 from codedgd.client.results import summarize
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord, write_results
+from codedgd.services.records import RoundRecord, write_results
 
 
 def parse_policy(text: str) -> Component:

@@ -31,7 +31,7 @@ from codedgd.services import allocator
 from codedgd.services.allocator import keep_freed_memory
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

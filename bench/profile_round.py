@@ -28,7 +28,7 @@ from bench import raw_grpc
 from bench.bench_transport import transport_job
 from codedgd.services.allocator import keep_freed_memory
 from codedgd.services.coordinator.server import CoordinatorServer
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
 
 WARMUP = 5

@@ -34,7 +34,7 @@ import numpy as np
 
 from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord, write_results
+from codedgd.services.records import RoundRecord, write_results
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.closed_forms import frc_mean, rth_arrival_mean, uncoded_mean
 
@@ -334,7 +334,7 @@ def part_c(out: Path, rounds: int, mean_delay: float, n: int, data_dir: str) -> 
 
 def _sim_of_real_b(data_dir: str) -> str:
     """The real runs of (b), if any, simulated with the same job: time per round side by side."""
-    from codedgd.services.reports import read_results
+    from codedgd.services.records import read_results
 
     lines = [
         "The real-process runs of (b) (n = 30 on this 2-core machine), each simulated with "

@@ -21,9 +21,10 @@ from grpc import aio
 
 from codedgd.services.errors import CodedGDError, ConfigError, JobFailed
 from codedgd.services.job import JobConfig
+from codedgd.services.messages import record_from_pb
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.proto import codedgd_pb2_grpc as pb_grpc
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 from codedgd.services.security import Security
 from codedgd.services.wire import GRPC_OPTIONS
 
@@ -93,7 +94,7 @@ class Client:
         """Every round of the job from the first; raises JobFailed if the job fails."""
         try:
             async for report in self._stub.WatchJob(pb.JobRef(job_id=job_id), metadata=self._md):
-                yield RoundRecord.from_pb(report)
+                yield record_from_pb(report)
         except aio.AioRpcError as exc:
             raise self._error(exc) from None
 

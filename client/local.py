@@ -21,7 +21,7 @@ from codedgd.services import allocator
 from codedgd.services.coordinator.server import CoordinatorServer, uninterrupted
 from codedgd.services.errors import ConfigError, JobFailed
 from codedgd.services.job import JobConfig
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 from codedgd.services.security import TOKEN_ENV, Security
 
 SINGLE_THREAD_ENV = {

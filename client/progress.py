@@ -7,7 +7,7 @@ import sys
 
 from tqdm import tqdm
 
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 
 
 class Progress:

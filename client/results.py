@@ -12,7 +12,7 @@ from typing import Any
 
 from codedgd.services.errors import ConfigError
 from codedgd.services.job import JobConfig
-from codedgd.services.reports import RoundRecord, write_results
+from codedgd.services.records import RoundRecord, write_results
 
 
 def result_paths(out: Path) -> tuple[Path, Path]:

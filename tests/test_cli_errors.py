@@ -22,7 +22,7 @@ from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.coordinator.service import _validate
 from codedgd.services.errors import ConfigError, JobFailed
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord, read_result_file, write_results
+from codedgd.services.records import RoundRecord, read_result_file, write_results
 
 
 def _record(t: int, metric: float = math.nan) -> RoundRecord:

@@ -13,7 +13,7 @@ from typing import Any
 
 from codedgd.client.results import summarize, write_result_pair
 from codedgd.services.job import JobConfig
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 
 
 class Terminated(KeyboardInterrupt):

@@ -20,7 +20,7 @@ from codedgd.client.cli.options import (
 from codedgd.client.results import check_output, summarize, write_result_pair
 from codedgd.services.errors import JobFailed
 from codedgd.services.job import JobConfig
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 
 
 def add_parsers(sub: Any) -> None:

@@ -21,7 +21,7 @@ from codedgd.client.results import (
     write_result_pair,
 )
 from codedgd.services.errors import JobFailed
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 
 
 def add_parser(sub: Any) -> None:

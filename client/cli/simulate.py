@@ -19,7 +19,7 @@ from codedgd.client.results import (
 )
 from codedgd.services.errors import JobFailed
 from codedgd.services.job import Component
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 
 
 def _float_or_inf(text: str) -> float:

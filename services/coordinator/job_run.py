@@ -36,7 +36,7 @@ from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.proto import codedgd_pb2 as pb
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 from codedgd.services.wire import DEFAULT_CHUNK_BYTES, BufferPool
 
 log = logging.getLogger("codedgd.coordinator")

@@ -35,7 +35,7 @@ from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.failures import infeasible_message, no_replacement_message
 from codedgd.services.policies.base import Estimate, Policy
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 
 log = logging.getLogger("codedgd.coordinator")
 

@@ -25,6 +25,7 @@ from codedgd.services.coordinator.sessions import Sessions, WorkerSession
 from codedgd.services.errors import CodedGDError, ConfigError, WireError
 from codedgd.services.framing import Frame
 from codedgd.services.job import JobConfig
+from codedgd.services.messages import record_to_pb
 from codedgd.services.proto import codedgd_pb2 as pb
 
 log = logging.getLogger("codedgd.coordinator")
@@ -253,7 +254,7 @@ class CoordinatorService:
         while True:
             change = asyncio.ensure_future(job.wait_change())
             while sent < len(job.records):
-                yield job.records[sent].to_pb(job.id)
+                yield record_to_pb(job.records[sent], job.id)
                 sent += 1
             if job.finished:
                 change.cancel()

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from codedgd.services.errors import ConfigError
-from codedgd.services.reports import RoundRecord, read_result_file
+from codedgd.services.records import RoundRecord, read_result_file
 
 # The default target stops this fraction short of the lowest loss every run reaches, so
 # time to target measures convergence, not the length of the slowest run.

@@ -51,7 +51,7 @@ from codedgd.services.job.descent import Descent
 from codedgd.services.job.failures import infeasible_message, no_replacement_message
 from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.policies.base import Estimate
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import (
     Calibration,
     CostModel,

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from codedgd.services.errors import ConfigError
-from codedgd.services.reports import RoundRecord, read_results
+from codedgd.services.records import RoundRecord, read_results
 from codedgd.services.stragglers.models import TraceDelay, load_trace
 
 __all__ = [

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from codedgd.services.errors import ConfigError
+from codedgd.services.records import RoundRecord, write_results
 from codedgd.services.report import build_report, load_runs, summarize_runs
 from codedgd.services.report.plots import policy_color, styles
-from codedgd.services.reports import RoundRecord, write_results
 
 pytest.importorskip("matplotlib")
 

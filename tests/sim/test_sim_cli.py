@@ -11,7 +11,7 @@ import pytest
 
 from codedgd.client.cli.report import add_parser as add_report_parser
 from codedgd.client.cli.simulate import add_parser as add_simulate_parser
-from codedgd.services.reports import read_results
+from codedgd.services.records import read_results
 
 
 def parser() -> argparse.ArgumentParser:

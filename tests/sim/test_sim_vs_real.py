@@ -18,7 +18,7 @@ import pytest
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.errors import JobFailed
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord
+from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, Simulator
 from codedgd.services.stragglers import FailStop, create_straggler_model
 from tests.conftest import WorkerProcesses
@@ -152,7 +152,7 @@ async def test_fail_stop_leaves_the_same_worker_out_of_real_and_simulated_runs(
 async def test_a_real_run_records_a_trace_the_simulator_replays(tmp_path: Path) -> None:
     """`codedgd run` records per-worker response times; replayed, they give the same run."""
     from codedgd.client.local import run_local
-    from codedgd.services.reports import write_results
+    from codedgd.services.records import write_results
     from codedgd.services.sim.trace import trace_from_results, write_trace
 
     config = JobConfig(

@@ -11,7 +11,7 @@ import pytest
 
 from codedgd.services.errors import ConfigError, DataError
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.reports import RoundRecord, read_results, write_results
+from codedgd.services.records import RoundRecord, read_results, write_results
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.trace import (
     TraceDelay,

@@ -2,7 +2,7 @@
 
 :class:`RoundRecord` is what users see (the progress bar, result files, the
 client API). It mirrors the wire's RoundReport, which never leaks past
-:func:`from_pb` / :func:`to_pb`.
+:mod:`codedgd.services.messages`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from codedgd.services.errors import ConfigError
-from codedgd.services.proto import codedgd_pb2 as pb
 
 
 @dataclass(frozen=True)
@@ -47,52 +46,6 @@ class RoundRecord:
     # Empty when not recorded (older files, the wire's RoundReport).
     response_seconds: Mapping[int, float] = field(default_factory=dict)
     worker_compute_seconds: Mapping[int, float] = field(default_factory=dict)
-
-    def to_pb(self, job_id: str) -> pb.RoundReport:
-        return pb.RoundReport(
-            job_id=job_id,
-            round=self.round,
-            wall_seconds=self.wall_seconds,
-            round_seconds=self.round_seconds,
-            wait_seconds=self.wait_seconds,
-            decode_seconds=self.decode_seconds,
-            compute_seconds_max=self.compute_seconds_max,
-            loss=self.loss,
-            metric=self.metric,
-            metric_name=self.metric_name,
-            workers_used=list(self.workers_used),
-            exact=self.exact,
-            decode_residual=self.decode_residual,
-            bytes_up=self.bytes_up,
-            bytes_down=self.bytes_down,
-            uploads=self.uploads,
-            computations=self.computations,
-            cancelled=self.cancelled,
-            late_dropped=self.late_dropped,
-        )
-
-    @staticmethod
-    def from_pb(m: pb.RoundReport) -> RoundRecord:
-        return RoundRecord(
-            round=int(m.round),
-            wall_seconds=m.wall_seconds,
-            round_seconds=m.round_seconds,
-            wait_seconds=m.wait_seconds,
-            decode_seconds=m.decode_seconds,
-            compute_seconds_max=m.compute_seconds_max,
-            loss=m.loss,
-            metric=m.metric,
-            metric_name=m.metric_name,
-            workers_used=tuple(int(w) for w in m.workers_used),
-            exact=m.exact,
-            decode_residual=m.decode_residual,
-            bytes_up=int(m.bytes_up),
-            bytes_down=int(m.bytes_down),
-            uploads=int(m.uploads),
-            computations=int(m.computations),
-            cancelled=int(m.cancelled),
-            late_dropped=int(m.late_dropped),
-        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
