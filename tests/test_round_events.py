@@ -21,7 +21,7 @@ from codedgd.services.errors import JobFailed
 from codedgd.services.job import JobConfig
 from codedgd.services.policies import Policy, create
 from codedgd.services.policies.base import Estimate, JobContext, Plan, RoundSpec
-from codedgd.services.policies.lag import LagCoded
+from codedgd.services.policies.lag_coded import LagCoded
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import DEFAULT_CHUNK_BYTES, tensor_chunks
 from tests.policies.test_rounds import DEGENERATE_B

@@ -17,7 +17,9 @@ from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import prepare
 from codedgd.services.policies import Estimate, Policy, create
 from codedgd.services.policies.base import JobContext
-from codedgd.services.policies.lag import GroupLag, LagCoded, LagHistory, _Lazy
+from codedgd.services.policies.lag import LagHistory
+from codedgd.services.policies.lag import LazyPolicy as _Lazy
+from codedgd.services.policies.lag_coded import GroupLag, LagCoded
 from codedgd.services.sim import CostModel, Simulator
 from tests.policies.test_rounds import DECODES_AT_N_MINUS_S, DEGENERATE_B
 
