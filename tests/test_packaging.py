@@ -28,3 +28,22 @@ def test_every_package_is_packaged_under_the_codedgd_namespace() -> None:
         f"pyproject.toml [tool.setuptools] packages: missing {sorted(found - listed)}, "
         f"stale {sorted(listed - found)}"
     )
+
+
+def test_the_client_namespace_offers_the_public_api_lazily() -> None:
+    """`from codedgd.client import Client, JobConfig, ...` works for every advertised name,
+    and importing the package alone loads neither gRPC nor numpy (the CLI starts fast)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, codedgd.client as c\n"
+        "heavy = sorted(m for m in ('grpc', 'numpy', 'scipy') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "for name in c.__all__:\n"
+        "    getattr(c, name)\n"
+        "print(len(c.__all__))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 10
