@@ -20,12 +20,33 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from codedgd.client.api import Client, CoordinatorStatus, CoordinatorUnavailable, JobState
-    from codedgd.client.local import LocalRun, run_local
-    from codedgd.services.errors import CodedGDError, ConfigError, JobFailed
-    from codedgd.services.job import Component, JobConfig
-    from codedgd.services.records import RoundRecord, read_results
-    from codedgd.services.sim import CostModel, Simulator
+    from codedgd.client.api import (
+        Client as Client,
+        CoordinatorStatus as CoordinatorStatus,
+        CoordinatorUnavailable as CoordinatorUnavailable,
+        JobState as JobState,
+    )
+    from codedgd.client.local import (
+        LocalRun as LocalRun,
+        run_local as run_local,
+    )
+    from codedgd.services.errors import (
+        CodedGDError as CodedGDError,
+        ConfigError as ConfigError,
+        JobFailed as JobFailed,
+    )
+    from codedgd.services.job import (
+        Component as Component,
+        JobConfig as JobConfig,
+    )
+    from codedgd.services.records import (
+        RoundRecord as RoundRecord,
+        read_results as read_results,
+    )
+    from codedgd.services.sim import (
+        CostModel as CostModel,
+        Simulator as Simulator,
+    )
 
 _EXPORTS = {
     "Client": "codedgd.client.api",
