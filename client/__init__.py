@@ -20,33 +20,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from codedgd.client.api import (
-        Client as Client,
-        CoordinatorStatus as CoordinatorStatus,
-        CoordinatorUnavailable as CoordinatorUnavailable,
-        JobState as JobState,
-    )
-    from codedgd.client.local import (
-        LocalRun as LocalRun,
-        run_local as run_local,
-    )
-    from codedgd.services.errors import (
-        CodedGDError as CodedGDError,
-        ConfigError as ConfigError,
-        JobFailed as JobFailed,
-    )
-    from codedgd.services.job import (
-        Component as Component,
-        JobConfig as JobConfig,
-    )
-    from codedgd.services.records import (
-        RoundRecord as RoundRecord,
-        read_results as read_results,
-    )
-    from codedgd.services.sim import (
-        CostModel as CostModel,
-        Simulator as Simulator,
-    )
+    from codedgd.client.api import Client, CoordinatorStatus, CoordinatorUnavailable, JobState
+    from codedgd.client.local import LocalRun, run_local
+    from codedgd.services.errors import CodedGDError, ConfigError, JobFailed
+    from codedgd.services.job import Component, JobConfig
+    from codedgd.services.records import RoundRecord, read_results
+    from codedgd.services.sim import CostModel, Simulator
 
 _EXPORTS = {
     "Client": "codedgd.client.api",
@@ -68,6 +47,7 @@ _EXPORTS = {
 
 
 def __getattr__(name: str) -> Any:
+    """Import an exported name on first use (PEP 562)."""
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'codedgd.client' has no attribute {name!r}")
@@ -80,4 +60,20 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Client",
+    "CodedGDError",
+    "Component",
+    "ConfigError",
+    "CoordinatorStatus",
+    "CoordinatorUnavailable",
+    "CostModel",
+    "JobConfig",
+    "JobFailed",
+    "JobState",
+    "LocalRun",
+    "RoundRecord",
+    "Simulator",
+    "read_results",
+    "run_local",
+]

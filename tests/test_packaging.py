@@ -47,3 +47,9 @@ def test_the_client_namespace_offers_the_public_api_lazily() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 10
+
+
+def test_the_client_exports_are_listed_once() -> None:
+    import codedgd.client as c
+
+    assert sorted(c.__all__) == sorted(c._EXPORTS)
