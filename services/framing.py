@@ -8,10 +8,12 @@ protobuf on the wire (any protobuf client can still speak to us) but treats the
 one big field, ``TensorChunk.data``, specially:
 
 * :func:`serialize` writes the envelope through protobuf with ``data`` left empty,
-  then appends the same nested fields once more carrying only ``data``. Protobuf
-  merges repeated occurrences of a singular message field and keeps the last value
-  of a scalar, so the result parses to exactly the message with ``data`` set. The
-  tensor bytes are copied once, into the frame.
+  then moves, at every level on the path to ``data``, the field that leads down to it
+  to the end of its message, and ends the innermost message with ``data``. Each
+  message on the path is written once (some parsers, protobufjs among them, keep only
+  the last occurrence of a repeated submessage instead of merging), and the result
+  parses, in any conforming protobuf library, to exactly the message with ``data``
+  set. The tensor bytes are copied once, into the frame.
 * :func:`parse` walks the wire format along the known paths to ``data`` (a few
   varints per level), hands protobuf the frame *without* that field, and returns the
   field's bytes as a zero-copy ``memoryview`` of the received buffer.
@@ -78,27 +80,36 @@ def serialize(
     """``envelope`` (its ``data`` field on ``path`` left empty) with ``data`` set, serialized.
 
     Equal, once parsed, to setting the field and calling ``SerializeToString``; the
-    tensor bytes are copied once. With ``pad_field`` (a bytes field beside ``data``
-    that receivers ignore), filler is added so ``data`` starts at a multiple of
-    ``align`` bytes from the start of the frame: a receiver can then use the bytes in
-    place as an aligned array.
+    tensor bytes are copied once. Every message on ``path`` appears once, with the field
+    that leads down the path as its last field, and ``data`` is the last field of all.
+    With ``pad_field`` (a bytes field beside ``data`` that receivers ignore), filler is
+    added just before ``data`` so it starts at a multiple of ``align`` bytes from the
+    start of the frame: a receiver can then use the bytes in place as an aligned array.
     """
-    head = envelope.SerializeToString()
-    tail = _tail(len(head), len(data), path, pad_field, align)
-    return b"".join((head, tail, data))
+    levels = _levels(envelope.SerializeToString(), path[:-1])
+    tags, tail = _joints(tuple(map(len, levels)), len(data), path, pad_field, align)
+    pieces: list[bytes | memoryview] = []
+    for j, tag in enumerate(tags):
+        pieces += (levels[j], tag)
+    pieces += (levels[-1], tail, data)
+    return b"".join(pieces)
 
 
 @lru_cache(maxsize=256)
-def _tail(head: int, size: int, path: Path, pad_field: int | None, align: int) -> bytes:
-    """The bytes between a ``head``-byte envelope and ``size`` bytes of data on ``path``.
+def _joints(
+    sizes: tuple[int, ...], size: int, path: Path, pad_field: int | None, align: int
+) -> tuple[tuple[bytes, ...], bytes]:
+    """The bytes that join the levels of a frame (their other fields ``sizes`` long).
 
-    The enclosing fields' tags and lengths, the filler and the data field's tag: they
-    depend on the sizes only, and a stream's frames repeat the same few sizes, so
-    they are computed once per size (this runs for every message of every round).
+    The tag and length of each field on the path, outermost first, and what goes
+    between the innermost message's other fields and the data: the filler and the
+    data field's tag. They depend on sizes only, and a stream's frames repeat the same
+    few, so they are computed once per shape (this runs for every frame sent).
     """
+    numbers = path[:-1]
     data_tag = _varint((path[-1] << 3) | _LEN) + _varint(size)
     filler = b""
-    tags = _tags(path[:-1], len(data_tag) + size)
+    tags = _nesting(sizes, numbers, len(data_tag) + size)
     if pad_field is not None:
         pad_tag = _varint((pad_field << 3) | _LEN)
         pad = 0
@@ -106,21 +117,78 @@ def _tail(head: int, size: int, path: Path, pad_field: int | None, align: int) -
         # most once per level; the next pass accounts for it, so this settles.
         for _ in range(len(path) + 2):
             filler = pad_tag + _varint(pad) + b"\0" * pad
-            tags = _tags(path[:-1], len(filler) + len(data_tag) + size)
-            offset = head + sum(map(len, tags)) + len(filler) + len(data_tag)
+            tags = _nesting(sizes, numbers, len(filler) + len(data_tag) + size)
+            offset = sum(sizes) + sum(map(len, tags)) + len(filler) + len(data_tag)
             if offset % align == 0:
                 break
             pad += -offset % align
-    return b"".join([*tags, filler, data_tag])
+    return tuple(tags), filler + data_tag
 
 
-def _tags(numbers: Path, inner: int) -> list[bytes]:
-    """Tag and length prefix of each enclosing field, outermost first, around ``inner`` bytes."""
+def _levels(head: bytes, numbers: Path) -> list[bytes]:
+    """The fields of each message on the path, without the one that leads further down.
+
+    ``levels[0]`` is the envelope's other fields, ``levels[j]`` those of the message
+    reached by ``numbers[:j]``, and ``levels[-1]`` the innermost message's (``data``
+    empty, so absent). Several occurrences of a field on the path are merged, as a
+    protobuf parser would merge them. One-byte tags and lengths are read inline: this
+    runs for every frame sent.
+    """
+    levels: list[bytes] = []
+    message = head
+    for number in numbers:
+        key_on_path = (number << 3) | _LEN
+        kept: list[bytes] = []
+        below: list[bytes] = []
+        pos, end = 0, len(message)
+        run = 0  # message[run:pos] is a run of kept fields
+        while pos < end:
+            start = pos
+            key = message[pos]
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = _read_varint(message, pos)
+            wire_type = key & 7
+            if wire_type == _LEN:
+                length = message[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = _read_varint(message, pos)
+                if key == key_on_path:
+                    kept.append(message[run:start])
+                    below.append(message[pos : pos + length])
+                    run = pos = pos + length
+                    continue
+                pos += length
+            elif wire_type == 0:
+                _, pos = _read_varint(message, pos)
+            elif wire_type == 1:
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            else:
+                raise ValueError(f"unsupported wire type {wire_type} in field {key >> 3}")
+        kept.append(message[run:end])
+        levels.append(b"".join(kept))
+        message = below[0] if len(below) == 1 else b"".join(below)
+    levels.append(message)
+    return levels
+
+
+def _nesting(sizes: tuple[int, ...], numbers: Path, innermost_tail: int) -> list[bytes]:
+    """Tag and length prefix of each field on the path, outermost first.
+
+    ``sizes`` are the bytes of each level's other fields; ``innermost_tail`` is what
+    the innermost message holds after its own (filler, the data field's tag, the data).
+    """
+    inner = sizes[-1] + innermost_tail
     tags: list[bytes] = []
-    for number in reversed(numbers):
-        tag = _varint((number << 3) | _LEN) + _varint(inner)
+    for j in range(len(numbers) - 1, -1, -1):
+        tag = _varint((numbers[j] << 3) | _LEN) + _varint(inner)
         tags.append(tag)
-        inner += len(tag)
+        inner += len(tag) + sizes[j]
     tags.reverse()
     return tags
 
@@ -253,7 +321,7 @@ def _first_field(view: memoryview) -> int:
     return key >> 3
 
 
-def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
+def _read_varint(view: bytes | memoryview, pos: int) -> tuple[int, int]:
     byte = view[pos]  # IndexError past the end: a truncated frame
     if byte < 0x80:  # tags and short lengths: one byte
         return byte, pos + 1

@@ -20,7 +20,10 @@ from codedgd.services.errors import WireError
 from codedgd.services.framing import ALIGN, Path, field_path, serialize
 from codedgd.services.proto import codedgd_pb2 as pb
 
-DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+# A full chunk plus its envelope stays under gRPC's default 4 MiB receive limit, so a peer
+# that never raised that limit still reads every message (64 KiB is left for the envelope).
+GRPC_DEFAULT_MAX_RECEIVE = 4 * 1024 * 1024
+DEFAULT_CHUNK_BYTES = GRPC_DEFAULT_MAX_RECEIVE - 64 * 1024
 # Both ends set these explicitly: a chunk plus framing always fits.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 ALLOWED_DTYPES = frozenset({"<f8", "<f4", "<i8", "<i4", "<u4", "<u8", "|u1", "|b1"})

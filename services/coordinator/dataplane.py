@@ -71,16 +71,7 @@ class StarPlane:
     def send_theta(
         self, t: int, point: np.ndarray, params: Mapping[str, float], workers: Sequence[int]
     ) -> int:
-        frames = []
-        for c in chunks("theta", point, self.chunk_bytes):
-            message = pb.CoordinatorMessage()
-            start = message.round
-            start.job_id = self.job_id
-            start.round = t
-            if c.index == 0:
-                start.params.update(params)
-            c.fill(start.theta, with_data=False)
-            frames.append(framed(message, THETA_DATA, c.data))
+        frames = theta_frames(self.job_id, t, point, params, self.chunk_bytes)
         self._frames = frames
         self._frame_bytes = sum(len(f) for f in frames)
         for w in workers:
@@ -104,6 +95,23 @@ class StarPlane:
         ).SerializeToString()
         for w in workers:
             self.places[w].send(cancel)
+
+
+def theta_frames(
+    job_id: str, t: int, point: np.ndarray, params: Mapping[str, float], chunk_bytes: int
+) -> list[bytes]:
+    """θ_t as serialized ``RoundStart`` frames, one per chunk (``params`` in the first)."""
+    frames = []
+    for c in chunks("theta", point, chunk_bytes):
+        message = pb.CoordinatorMessage()
+        start = message.round
+        start.job_id = job_id
+        start.round = t
+        if c.index == 0:
+            start.params.update(params)
+        c.fill(start.theta, with_data=False)
+        frames.append(framed(message, THETA_DATA, c.data))
+    return frames
 
 
 # Topology name (Plan.topology) → the plane that carries it.

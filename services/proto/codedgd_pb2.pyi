@@ -138,22 +138,20 @@ class Cancel(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("job_id", "round", "payload", "compute_seconds", "delay_seconds", "skipped", "loss_sum")
+    __slots__ = ("job_id", "round", "payload", "compute_seconds", "delay_seconds", "skipped")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DELAY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
-    LOSS_SUM_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     payload: TensorChunk
     compute_seconds: float
     delay_seconds: float
     skipped: bool
-    loss_sum: float
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ..., loss_sum: _Optional[float] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("unix_time",)

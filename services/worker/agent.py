@@ -31,7 +31,7 @@ from codedgd.services.errors import CodedGDError, WireError
 from codedgd.services.framing import frame_reader, to_wire
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.security import Security
-from codedgd.services.wire import COORDINATOR_TENSOR_PATHS, GRPC_OPTIONS
+from codedgd.services.wire import COORDINATOR_TENSOR_PATHS, DEFAULT_CHUNK_BYTES, GRPC_OPTIONS
 from codedgd.services.worker.rounds import Outgoing as RoundOutgoing
 from codedgd.services.worker.rounds import Rounds, Upload, WorkerStats
 
@@ -64,7 +64,7 @@ class WorkerOptions:
     initial_backoff: float = 0.2
     max_backoff: float = 10.0
     heartbeat_seconds: float = 5.0
-    chunk_bytes: int = 4 * 1024 * 1024
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
 
 
 Outgoing = RoundOutgoing | None

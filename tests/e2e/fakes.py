@@ -9,7 +9,7 @@ import numpy as np
 from grpc import aio
 
 from codedgd.services.proto import codedgd_pb2 as pb
-from codedgd.services.wire import Assembler, tensor_chunks
+from codedgd.services.wire import DEFAULT_CHUNK_BYTES, Assembler, tensor_chunks
 
 # Given the round number and θ, return the Result messages to send (or none); bytes
 # are sent as they are, as a frame that need not be protobuf at all.
@@ -98,7 +98,7 @@ def _serialize(message: pb.WorkerMessage | bytes) -> bytes:
 
 
 def result(
-    job_id: str, round_: int, vector: np.ndarray, chunk_bytes: int = 4 * 1024 * 1024
+    job_id: str, round_: int, vector: np.ndarray, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> list[pb.Result]:
     return [
         pb.Result(job_id=job_id, round=round_, payload=c, compute_seconds=0.0)
