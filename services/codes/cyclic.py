@@ -31,6 +31,9 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from codedgd.services.codes.residual import ResidualWait
+from codedgd.services.errors import DecodeError
+
 H_KINDS = ("orthonormal", "gaussian")
 
 K = TypeVar("K")
@@ -196,3 +199,72 @@ class CyclicCode:
     @property
     def cache(self) -> LRU[tuple[int, ...], DecodingVector]:
         return self._cache
+
+
+class CyclicRound:
+    """One round's decode of a cyclic code's messages, wherever it runs.
+
+    The coordinator's ``cyclic`` and ``codedreduce`` policies decode their workers'
+    messages with it, and so does every inner node of a CodedReduce tree (its
+    children's partial sums): one implementation of the rule. Messages arrive by
+    position (the code's row); once n−s have arrived the survivors' decoding vector a
+    (aᵀB_F = 1ᵀ, least squares, cached per set) is judged: within ``tol`` the round is
+    decodable; above it (a near-singular B_F) it takes each further arrival until a set
+    decodes within tol, or every position arrived and :meth:`combine` refuses.
+    """
+
+    def __init__(self, code: CyclicCode, tol: float) -> None:
+        self.code = code
+        self.tol = tol
+        self.wait = ResidualWait()
+        self.arrived: list[int] = []
+        self._rows: np.ndarray | None = None
+
+    @property
+    def wanted(self) -> int:
+        return self.code.n - self.code.s
+
+    def reset(self, length: int) -> None:
+        """A new round of messages of ``length`` floats (the buffer is reused)."""
+        if self._rows is None or self._rows.shape != (self.code.n, length):
+            self._rows = np.empty((self.code.n, length), dtype=np.float64)
+        self.arrived = []
+        self.wait.reset()
+
+    @property
+    def decodable(self) -> bool:
+        return self.wait.good or len(self.arrived) == self.code.n
+
+    def add(self, position: int, message: np.ndarray) -> bool:
+        """A message of ``position``; True once the round is over (see the class doc).
+
+        Arrivals after the round is decodable are not kept (not needed).
+        """
+        if self._rows is None:
+            raise DecodeError("cyclic round used before reset()")
+        if self.wait.good:
+            return True
+        self._rows[len(self.arrived)] = message
+        self.arrived.append(position)
+        if len(self.arrived) < self.wanted:
+            return False
+        _, vec = self.code.weights(self.arrived)  # cached per set: combine() reuses it
+        return self.wait.judge(len(self.arrived), self.wanted, self.code.n, vec.residual, self.tol)
+
+    def feasible(self, pending: int) -> bool:
+        """Can the round still decode with ``pending`` more arrivals?"""
+        return self.wait.feasible(len(self.arrived), pending, self.wanted)
+
+    def combine(self) -> tuple[np.ndarray, DecodingVector]:
+        """Σ_{i∈F} a_i·message_i and the decoding vector; DecodeError if not within tol."""
+        if self._rows is None or len(self.arrived) < self.wanted:
+            raise DecodeError(f"{len(self.arrived)} of the {self.wanted} messages needed")
+        a, vec = self.code.weights(self.arrived)
+        if not vec.residual <= self.tol:
+            raise DecodeError(
+                f"decode residual max|a^T B_F - 1^T| = {vec.residual:.3g} exceeds "
+                f"tol={self.tol:g} for survivors {list(vec.workers)} (condition number "
+                f"{vec.condition:.3g}), and no other worker is left to wait for"
+            )
+        out: np.ndarray = a @ self._rows[: len(self.arrived)]
+        return out, vec

@@ -19,13 +19,13 @@ from codedgd.services.codes.encoding import chunk_length, join_chunks
 from codedgd.services.codes.frc import divisors
 from codedgd.services.codes.group_mds import GroupMDSCode
 from codedgd.services.codes.polynomial import POINT_LAYOUTS, PolynomialCode
+from codedgd.services.codes.residual import ResidualWait
 from codedgd.services.errors import ConfigError, DecodeError, PlanError
 from codedgd.services.policies.base import (
     Estimate,
     Param,
     Plan,
     Policy,
-    ResidualWait,
     RoundSpec,
     WorkerPlan,
     check_n,

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from codedgd.services.codes.cyclic import H_KINDS, CyclicCode
+from codedgd.services.codes.cyclic import H_KINDS, CyclicCode, CyclicRound
 from codedgd.services.errors import ConfigError, DecodeError, PlanError
 from codedgd.services.policies.base import (
     Estimate,
     Param,
     Plan,
     Policy,
-    ResidualWait,
     RoundSpec,
     WorkerPlan,
     check_n,
@@ -128,11 +127,9 @@ class CyclicRepetition(Policy):
         self.residual_errors = 0  # decodes refused for a residual above tol
         self.last_residual = 0.0
         self.last_condition = 0.0
-        self._buffer = ArrivalBuffer()
-        self._arrived: list[int] = []
+        self._round: CyclicRound | None = None
         self._dim = 0
         self._started = False
-        self._wait = ResidualWait()
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         self.code, plan = cyclic_plan(self.name, self.s, self.h, self.seed, n_workers, n_partitions)
@@ -140,8 +137,13 @@ class CyclicRepetition(Policy):
 
     def _code(self) -> CyclicCode:
         if self.code is None:
-            raise DecodeError("cyclic: used before plan()")
+            raise DecodeError(f"{self.name}: used before plan()")
         return self.code
+
+    def _decoding(self) -> CyclicRound:
+        if self._round is None or self._round.code is not self.code:
+            self._round = CyclicRound(self._code(), self.tol)
+        return self._round
 
     @property
     def wanted(self) -> int:
@@ -150,56 +152,51 @@ class CyclicRepetition(Policy):
     def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
         code = self._code()
         self._dim = int(theta.shape[0])
-        self._buffer.reset(code.n, self._dim)  # rows past n-s only fill in extended rounds
-        self._arrived = []
+        decoding = self._decoding()
+        decoding.tol = self.tol
+        decoding.reset(self._dim)  # rows past n-s only fill in extended rounds
         self._started = True
-        self._wait.reset()
         return RoundSpec(round=t, workers=tuple(range(code.n)))
 
     def offer(self, worker: int, payload: np.ndarray | None) -> bool:
         n = self._code().n
         if not self._started:
-            raise DecodeError("cyclic: offer() before begin_round()")
+            raise DecodeError(f"{self.name}: offer() before begin_round()")
         if not 0 <= worker < n:
-            raise DecodeError(f"cyclic: unknown worker {worker} (n = {n})")
-        if worker in self._arrived:
-            raise DecodeError(f"cyclic: worker {worker} offered twice in one round")
+            raise DecodeError(f"{self.name}: unknown worker {worker} (n = {n})")
+        decoding = self._decoding()
+        if worker in decoding.arrived:
+            raise DecodeError(f"{self.name}: worker {worker} offered twice in one round")
         vector = check_payload(self.name, worker, payload, self._dim)
-        if self._wait.good:
-            return True  # decodable already: a later message is not needed
-        self._buffer.add(vector)
-        self._arrived.append(worker)
-        if len(self._arrived) < self.wanted:
-            return False
-        _, vec = self._code().weights(self._arrived)  # cached per set: decode() reuses it
-        return self._wait.judge(len(self._arrived), self.wanted, n, vec.residual, self.tol)
+        return decoding.add(worker, vector)
 
     @property
     def extended_rounds(self) -> int:
         """Rounds that waited past n−s arrivals for a good residual."""
-        return self._wait.extended_rounds
+        return self._round.wait.extended_rounds if self._round is not None else 0
 
     def decode(self) -> Estimate:
-        code = self._code()
-        if not self._started or len(self._arrived) < self.wanted:
-            raise DecodeError(f"cyclic: {len(self._arrived)} of {self.wanted} arrivals")
-        a, vec = code.weights(self._arrived)
-        self.last_residual = vec.residual
-        self.last_condition = vec.condition
-        if not vec.residual <= self.tol:
+        decoding = self._decoding()
+        if not self._started or len(decoding.arrived) < self.wanted:
+            raise DecodeError(f"{self.name}: {len(decoding.arrived)} of {self.wanted} arrivals")
+        try:
+            gradient, vec = decoding.combine()
+        except DecodeError as exc:
+            _, vec = self._code().weights(decoding.arrived)
+            self.last_residual, self.last_condition = vec.residual, vec.condition
             self.residual_errors += 1
             raise DecodeError(
-                f"cyclic: decode residual max|a^T B_F - 1^T| = {vec.residual:.3g} exceeds "
-                f"tol={self.tol:g} for survivors {list(vec.workers)} (condition number "
-                f"{vec.condition:.3g}), and no other worker is left to wait for; use "
+                f"{self.name}: {exc}; use "
                 + ("" if self.h == "orthonormal" else "h=orthonormal, ")
                 + "a smaller s, a larger tol, or a group code"
-            )
-        gradient: np.ndarray = a @ self._buffer.rows()
-        return Estimate(gradient, tuple(self._arrived), exact=True, residual=vec.residual)
+            ) from None
+        self.last_residual = vec.residual
+        self.last_condition = vec.condition
+        return Estimate(gradient, tuple(decoding.arrived), exact=True, residual=vec.residual)
 
     def feasible(self, outstanding: frozenset[int]) -> bool:
         if self.code is None:
             return True
-        pending = len(outstanding - set(self._arrived))
-        return self._wait.feasible(len(self._arrived), pending, self.wanted)
+        decoding = self._decoding()
+        pending = len(outstanding - set(decoding.arrived))
+        return decoding.feasible(pending)

@@ -21,13 +21,13 @@ import numpy as np
 
 from codedgd.services.codes.cyclic import CyclicCode
 from codedgd.services.codes.frc import divisors, frc_groups
+from codedgd.services.codes.residual import ResidualWait
 from codedgd.services.errors import DecodeError, PlanError
 from codedgd.services.policies.base import (
     Estimate,
     JobContext,
     Param,
     Plan,
-    ResidualWait,
     RoundSpec,
     WorkerPlan,
     check_n,
