@@ -1,0 +1,133 @@
+"""CodedReduce placement: exact at the root for every straggler pattern of every group."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+
+from codedgd.services.codes.cyclic import CyclicCode, CyclicRound
+from codedgd.services.codes.tree import TreeShape, place
+
+DIM = 5
+
+
+def _code(shape: TreeShape, seed: int = 0) -> CyclicCode:
+    return CyclicCode(shape.fanout, shape.s, rng=np.random.default_rng(seed))
+
+
+def _own(shape: TreeShape, code: CyclicCode, grads: np.ndarray) -> list[np.ndarray]:
+    """Each worker's own message Σ_p w_p·g_p from its placement."""
+    return [
+        sum((w * grads[p] for p, w in zip(pl.partitions, pl.weights, strict=True)), np.zeros(DIM))
+        for pl in place(shape, code.B)
+    ]
+
+
+def _inner(shape: TreeShape) -> list[int]:
+    """The nodes that decode a sibling group: the root (−1) and every non-leaf worker."""
+    return [-1, *(w for w in range(shape.n_workers) if shape.children(w))]
+
+
+def _patterns(shape: TreeShape, most: int = 4000) -> Iterator[dict[int, tuple[int, ...]]]:
+    """Every choice, for every decoding node, of the m−s children it uses (in arrival
+    order); past ``most`` patterns, a seeded random sample of ``most`` of them."""
+    m = shape.fanout
+    used = list(itertools.combinations(range(m), m - shape.s))
+    nodes = _inner(shape)
+    if len(used) ** len(nodes) <= most:
+        for choice in itertools.product(used, repeat=len(nodes)):
+            yield dict(zip(nodes, choice, strict=True))
+        return
+    rng = np.random.default_rng(7)
+    for _ in range(most):
+        yield {v: tuple(rng.permutation(used[rng.integers(len(used))])) for v in nodes}
+
+
+def _root(
+    shape: TreeShape, code: CyclicCode, own: Sequence[np.ndarray], used: dict[int, tuple[int, ...]]
+) -> np.ndarray:
+    """The root's result, each node decoding its children with CyclicRound as workers do."""
+
+    def up(worker: int) -> np.ndarray:
+        kids = shape.children(worker)
+        if not kids:
+            return own[worker]
+        decoding = CyclicRound(code, tol=1e-9)
+        decoding.reset(DIM)
+        for position in used[worker]:
+            decoding.add(position, up(kids[position]))
+        z, _ = decoding.combine()
+        return z if worker == -1 else own[worker] + z
+
+    return up(-1)
+
+
+@pytest.mark.parametrize(
+    ("m", "levels", "s"),
+    [(3, 1, 1), (3, 2, 1), (4, 2, 1), (4, 2, 2), (5, 2, 2), (2, 3, 1), (3, 3, 1), (3, 2, 0)],
+)
+def test_root_gets_the_full_gradient_for_every_straggler_pattern(
+    m: int, levels: int, s: int
+) -> None:
+    shape = TreeShape(m, levels, s)
+    code = _code(shape)
+    grads = np.random.default_rng(m * 100 + levels * 10 + s).standard_normal(
+        (shape.n_partitions, DIM)
+    )
+    own = _own(shape, code, grads)
+    full = grads.sum(axis=0)
+    for used in _patterns(shape):  # all of them; (3, 3, 1) has 3^13: a random 4,000
+        np.testing.assert_allclose(_root(shape, code, own, used), full, rtol=1e-9, atol=1e-9)
+
+
+def test_every_node_computes_the_same_share_and_the_shape_is_the_papers() -> None:
+    shape = TreeShape(12, 2, 1)  # the authors' library: n = 12, L = 2, 156 workers
+    assert shape.n_workers == 156
+    placements = place(shape, _code(shape).B)
+    assert {len(p.partitions) for p in placements} == {shape.share} == {4}
+    # c = |D| / Σ (m/g)^l: in base partitions, k / (c per node) = Σ (m/g)^l
+    assert shape.n_partitions / shape.share == pytest.approx(6 + 36)
+    # Compute per node relative to ring's |D|/N: (n+1)(s+1)²/(n+s+1) = 13·4/14 ≈ 3.7.
+    ratio = shape.share / shape.n_partitions * shape.n_workers
+    assert ratio == pytest.approx(13 * 4 / 14)
+
+
+def test_the_uncoded_tree_holds_each_partition_once_with_weight_one() -> None:
+    shape = TreeShape(3, 2, 0)
+    placements = place(shape, np.eye(3))
+    held = sorted(p for pl in placements for p in pl.partitions)
+    assert held == list(range(shape.n_partitions)) == list(range(shape.n_workers))
+    assert all(w == 1.0 for pl in placements for w in pl.weights)
+
+
+@pytest.mark.parametrize(("m", "levels"), [(3, 2), (2, 3), (4, 1)])
+def test_numbering_parents_children_and_positions_agree(m: int, levels: int) -> None:
+    shape = TreeShape(m, levels, 0)
+    assert shape.children(-1) == tuple(range(m))
+    for worker in range(shape.n_workers):
+        parent = shape.parent(worker)
+        assert shape.children(parent)[shape.position(worker)] == worker
+        assert shape.level(worker) == (1 if parent == -1 else shape.level(parent) + 1)
+        assert bool(shape.children(worker)) == (shape.level(worker) < levels)
+
+
+def test_a_group_with_more_than_s_stragglers_cannot_decode() -> None:
+    """With s+1 children missing, the residual check refuses: never a silent wrong sum."""
+    shape = TreeShape(3, 1, 1)
+    code = _code(shape)
+    decoding = CyclicRound(code, tol=1e-6)
+    decoding.reset(DIM)
+    decoding.add(0, np.ones(DIM))
+    assert not decoding.feasible(0)
+    with pytest.raises(Exception, match="of the 2 messages needed"):
+        decoding.combine()
+
+
+def test_shapes_that_cannot_exist_are_refused() -> None:
+    with pytest.raises(ValueError, match="0 <= s < fanout"):
+        TreeShape(3, 2, 3)
+    with pytest.raises(ValueError, match="fanout >= 1"):
+        TreeShape(0, 2, 0)
