@@ -114,10 +114,20 @@ def theta_frames(
     return frames
 
 
-# Topology name (Plan.topology) → the plane that carries it.
+# Topology kind (Plan.topology.kind) → the plane that carries it.
 DATA_PLANES: Mapping[str, Callable[[str, Places, int], DataPlane]] = {
     StarPlane.name: StarPlane,
 }
+
+
+def check_topology(topology: str, policy: str) -> None:
+    """Refuse (at submit) a policy whose topology this coordinator cannot carry."""
+    if topology not in DATA_PLANES:
+        raise ConfigError(
+            f"policy {policy!r} sends gradients over a {topology} of workers, which this "
+            f"coordinator cannot carry yet (it carries: {', '.join(sorted(DATA_PLANES))}); "
+            f"`codedgd simulate --policy {policy}` runs it on the simulator"
+        )
 
 
 def data_plane(topology: str, job_id: str, places: Places, chunk_bytes: int) -> DataPlane:

@@ -173,7 +173,7 @@ class JobRun:
         return assigner
 
     async def _rounds(self, prepared: Prepared) -> None:
-        plane = data_plane(prepared.plan.topology, self.id, self.places, self.chunk_bytes)
+        plane = data_plane(prepared.plan.topology.kind, self.id, self.places, self.chunk_bytes)
         loop = RoundLoop(self.id, self.config, self.places, self.inbox, plane, self.metrics)
         descent = self._descent = Descent(self.config, prepared)
 

@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 from grpc import aio
 
+from codedgd.services.coordinator.dataplane import check_topology
 from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.sessions import Sessions, WorkerSession
@@ -311,7 +312,8 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
 
     policy = create(config.policy.name, config.policy.options, seed=config.seed)
     k = config.partitions or policy.default_partitions(config.workers)
-    policy.plan(config.workers, k)
+    plan = policy.plan(config.workers, k)
+    check_topology(plan.topology.kind, policy.name)
     create_straggler_model(
         config.stragglers.name,
         config.stragglers.options,

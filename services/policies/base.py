@@ -25,6 +25,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from codedgd.services.codes.tree import TreeShape
+from codedgd.services.compute.ring import reduced_segment, segments
 from codedgd.services.errors import PlanError
 
 
@@ -59,6 +61,36 @@ class WorkerPlan:
         return WorkerPlan(partitions=partitions, coefficients=w.reshape(-1, 1).astype(np.float64))
 
 
+TOPOLOGIES = ("star", "ring", "tree")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How a round's gradients travel (the coordinator and the simulator carry each kind).
+
+    - ``star``: every contacted worker sends its message to the coordinator.
+    - ``ring``: the workers form a ring (worker i sends to i+1 mod n), reduce-scatter
+      their messages, and worker i sends the coordinator the segment it then holds
+      (:mod:`codedgd.services.compute.ring`); θ_t reaches them as n segments that they
+      all-gather around the ring.
+    - ``tree``: a tree of workers of shape ``tree`` below the coordinator
+      (:mod:`codedgd.services.codes.tree`): θ_t travels down, each worker adds its own
+      message to what it decodes from its fastest m−s children (sibling code ``code``,
+      residual within ``tol``) and sends that up; the coordinator hears level 1 only.
+    """
+
+    kind: str = "star"
+    tree: TreeShape | None = None
+    code: np.ndarray | None = None  # tree: the sibling code B (fanout × fanout)
+    tol: float = 1e-6  # tree: the largest decode residual an inner node accepts
+
+    def __post_init__(self) -> None:
+        if self.kind not in TOPOLOGIES:
+            raise PlanError(f"unknown topology {self.kind!r}: one of {', '.join(TOPOLOGIES)}")
+        if self.kind == "tree" and (self.tree is None or self.code is None):
+            raise PlanError("a tree topology needs its shape and sibling code")
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a policy decides up front for n workers and k partitions."""
@@ -66,17 +98,27 @@ class Plan:
     n_workers: int
     n_partitions: int
     workers: tuple[WorkerPlan, ...]
-    # How gradients travel: "star" (each worker to the coordinator) is the only one today;
-    # the coordinator carries it with the data plane registered under this name.
-    topology: str = "star"
+    topology: Topology = field(default_factory=Topology)
 
     def load(self, worker: int) -> float:
         """Computation load of a worker: its number of partitions / k."""
         return len(self.workers[worker].partitions) / self.n_partitions
 
     def payload_length(self, worker: int, dim: int) -> int:
+        """Floats in ``worker``'s result for a θ of ``dim``: its encoded message, or in a
+        ring the reduced segment it holds."""
+        if self.topology.kind == "ring":
+            start, stop = segments(dim, self.n_workers)[reduced_segment(worker, self.n_workers)]
+            return stop - start
         chunks = self.workers[worker].chunks
         return -(-dim // chunks)
+
+    def reporters(self) -> tuple[int, ...]:
+        """The workers whose results reach the coordinator (a tree: level 1 only)."""
+        tree = self.topology.tree
+        if self.topology.kind == "tree" and tree is not None:
+            return tree.children(-1)
+        return tuple(range(self.n_workers))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ See :mod:`codedgd.services.codes.cyclic`.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from codedgd.services.codes.cyclic import H_KINDS, CyclicCode, CyclicRound
@@ -103,7 +105,7 @@ class CyclicRepetition(Policy):
         "first n-s arrivals by least squares (residual checked); exact"
     )
     exact = True
-    parameters = (
+    parameters: ClassVar[tuple[Param, ...]] = (
         Param("s", int, 1, "stragglers tolerated (0 <= s < n); load (s+1)/n"),
         Param(
             "h",

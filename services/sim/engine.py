@@ -45,7 +45,7 @@ import numpy as np
 from codedgd.services.compute.gradient import Computer, PartitionRows
 from codedgd.services.compute.lazy import LazyUploader
 from codedgd.services.data.dataset import take_rows
-from codedgd.services.errors import DecodeError, JobFailed
+from codedgd.services.errors import ConfigError, DecodeError, JobFailed
 from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.failures import infeasible_message, no_replacement_message
@@ -114,6 +114,11 @@ class Simulator:
         self.config = config
         self.prepared = prepared if prepared is not None else prepare(config, data_dir)
         ds, plan = self.prepared.dataset, self.prepared.plan
+        if plan.topology.kind != "star":
+            raise ConfigError(
+                f"policy {config.policy.name!r} sends gradients over a {plan.topology.kind} of "
+                "workers, which the simulator cannot carry yet"
+            )
         self.straggler: StragglerModel = create_straggler_model(
             config.stragglers.name,
             config.stragglers.options,
