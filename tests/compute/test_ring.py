@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from codedgd.services.compute.ring import (
 def test_segments_cover_the_vector_in_order(length: int, n: int) -> None:
     bounds = segments(length, n)
     assert len(bounds) == n and bounds[0][0] == 0 and bounds[-1][1] == length
-    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
     sizes = [stop - start for start, stop in bounds]
     assert max(sizes) - min(sizes) <= 1
 
