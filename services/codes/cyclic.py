@@ -167,6 +167,20 @@ class CyclicCode:
         self.B = cyclic_matrix(self.H)
         self._cache: LRU[tuple[int, ...], DecodingVector] = LRU(cache_size)
 
+    @classmethod
+    def from_matrix(cls, B: np.ndarray, s: int, *, cache_size: int = 4096) -> CyclicCode:
+        """The code whose encoding matrix is ``B`` (n×n): what a worker that receives B
+        (an inner node of a CodedReduce tree) decodes its children with."""
+        n = int(B.shape[0])
+        if B.shape != (n, n) or not 0 <= s < n:
+            raise ValueError(f"a cyclic code needs an n×n B and 0 <= s < n, got {B.shape}, s={s}")
+        code = cls.__new__(cls)
+        code.n, code.s, code.h_kind = n, s, "given"
+        code.H = np.zeros((s, n))
+        code.B = np.array(B, dtype=np.float64)
+        code._cache = LRU(cache_size)
+        return code
+
     def support(self, worker: int) -> tuple[int, ...]:
         return cyclic_support(self.n, self.s, worker)
 

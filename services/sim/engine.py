@@ -61,6 +61,7 @@ from codedgd.services.sim.cost import (
     uplink_arrivals,
 )
 from codedgd.services.sim.newcomers import Newcomers
+from codedgd.services.sim.topologies import ring_round, tree_round
 from codedgd.services.stragglers import StragglerModel, crash_restart, create_straggler_model
 
 FLOAT_BYTES = 8
@@ -98,6 +99,8 @@ class _Round:
     bytes_up: int = 0
     responses: dict[int, float] = field(default_factory=dict)
     computes: dict[int, float] = field(default_factory=dict)
+    bytes_down: int | None = None  # None: θ's bytes to each of the computations
+    cancelled: int | None = None  # None: computations neither answered nor lost
 
 
 class Simulator:
@@ -114,10 +117,11 @@ class Simulator:
         self.config = config
         self.prepared = prepared if prepared is not None else prepare(config, data_dir)
         ds, plan = self.prepared.dataset, self.prepared.plan
-        if plan.topology.kind != "star":
+        if plan.topology.kind != "star" and config.stragglers.name == "crash":
             raise ConfigError(
                 f"policy {config.policy.name!r} sends gradients over a {plan.topology.kind} of "
-                "workers, which the simulator cannot carry yet"
+                "workers, on which the simulator does not model crashes: use another "
+                "straggler model (e.g. fail-stop), or run the job on a cluster"
             )
         self.straggler: StragglerModel = create_straggler_model(
             config.stragglers.name,
@@ -232,10 +236,16 @@ class Simulator:
                 exact=estimate.exact,
                 decode_residual=estimate.residual,
                 bytes_up=out.bytes_up,
-                bytes_down=theta_bytes * out.computations,
+                bytes_down=(
+                    out.bytes_down if out.bytes_down is not None else theta_bytes * out.computations
+                ),
                 uploads=out.uploads,
                 computations=out.computations,
-                cancelled=out.computations - out.answered - out.lost,
+                cancelled=(
+                    out.cancelled
+                    if out.cancelled is not None
+                    else out.computations - out.answered - out.lost
+                ),
                 late_dropped=0,
                 response_seconds=out.responses,
                 worker_compute_seconds=out.computes,
@@ -275,6 +285,8 @@ class Simulator:
         replacement. They are handled as :meth:`RoundLoop.one_round` handles them.
         """
         cfg, cost, policy = self.config, self.cost, self.prepared.policy
+        if self.prepared.plan.topology.kind != "star":
+            return self._topology_round(t, point, compute_model)
         newcomers = self.newcomers
         for w in newcomers.settle(now):  # joined between rounds: contacted from this one on
             self.lazy[w] = LazyUploader()  # a fresh worker: no lag-wk memory
@@ -438,6 +450,48 @@ class Simulator:
             raise JobFailed(f"round {t}: decoding failed: {exc}") from None
         out.decode = time.perf_counter() - decode_start
         return out
+
+    def _topology_round(self, t: int, point: np.ndarray, compute_model: np.ndarray) -> _Round:
+        """A ring's or a tree's round (:mod:`codedgd.services.sim.topologies`)."""
+        plan, policy, cost = self.prepared.plan, self.prepared.policy, self.cost
+        messages: dict[int, np.ndarray] = {}
+        measured: dict[int, float] = {}
+
+        def message(w: int) -> np.ndarray:
+            if w not in messages:
+                result = self.computers[w].compute(point)
+                self.computed += 1
+                messages[w], measured[w] = result.payload, result.seconds
+            return messages[w]
+
+        def timing(w: int) -> tuple[float, float]:
+            compute = float(compute_model[w])
+            if cost.compute == "measured":
+                message(w)
+                compute = measured[w]
+            return compute, self._delay(w, t, compute)
+
+        play = ring_round if plan.topology.kind == "ring" else tree_round
+        got = play(plan, policy, t, point, cost, timing, message)
+        if got.wait > self.config.round_timeout:
+            raise JobFailed(
+                f"round {t} was not decodable within job.round_timeout="
+                f"{self.config.round_timeout:g} s (simulated: it would decode at {got.wait:.3g} s)"
+            )
+        return _Round(
+            computations=got.computations,
+            estimate=got.estimate,
+            decode=got.decode,
+            wait=got.wait,
+            compute_max=got.compute_max,
+            answered=got.uploads,
+            uploads=got.uploads,
+            bytes_up=got.bytes_up,
+            responses=got.responses,
+            computes=got.computes,
+            bytes_down=got.bytes_down,
+            cancelled=got.cancelled,
+        )
 
     def _compute_payload(self, w: int, point: np.ndarray) -> np.ndarray:
         self.computed += 1

@@ -1,0 +1,275 @@
+"""Rounds of the worker-to-worker topologies on the virtual clock: rings and trees.
+
+The link model: every node (the coordinator and each worker) has a full-duplex NIC. A
+transfer of b bytes from u to v asked for at time r starts once u's sending side and
+v's receiving side are both free, takes b / β (β: the slower of the two sides), and
+arrives ``latency`` later; each side is busy for b over its own rate. A
+worker's side is ``CostModel.bandwidth_bytes_per_second``; the coordinator's are the
+egress and ingress bandwidths (unlimited when not set: then its workers' links bound it).
+So a star's n copies of θ queue on the coordinator's egress while a ring's or a tree's
+transfers proceed on many links at once.
+
+The arithmetic is the workers': each worker's own message comes from its
+:class:`~codedgd.services.compute.gradient.Computer`; a ring's segments are summed in the
+ring's order (:func:`~codedgd.services.compute.ring.reduced_segments`); a tree's inner
+nodes decode their children with :class:`~codedgd.services.codes.cyclic.CyclicRound` in
+order of virtual arrival; the coordinator's policy is offered what reaches it, in order,
+as the real round loop offers it.
+
+Transfers are store-and-forward per message (a tree node forwards θ once it holds all of
+it; the real workers forward chunk by chunk, which only matters for θ larger than a
+chunk). Crashes (straggler model ``crash``) are not modelled on these topologies.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from codedgd.services.codes.cyclic import CyclicCode, CyclicRound
+from codedgd.services.compute.ring import (
+    gather_segment,
+    reduced_segment,
+    reduced_segments,
+    scatter_segment,
+    segments,
+)
+from codedgd.services.errors import DecodeError, JobFailed
+from codedgd.services.policies.base import Estimate, Plan, Policy
+from codedgd.services.sim.cost import CostModel
+
+FLOAT_BYTES = 8
+COORDINATOR = -1
+
+
+class Links:
+    """The NICs of one round: when each node's sending and receiving sides are free."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self._send: dict[int, float] = {}
+        self._recv: dict[int, float] = {}
+
+    def _rate(self, node: int, outgoing: bool) -> float:
+        cost = self.cost
+        if node == COORDINATOR:
+            shared = (
+                cost.egress_bandwidth_bytes_per_second
+                if outgoing
+                else cost.ingress_bandwidth_bytes_per_second
+            )
+            return math.inf if shared is None else shared
+        return cost.bandwidth_bytes_per_second
+
+    def transfer(self, src: int, dst: int, nbytes: int, ready: float) -> float:
+        """Move ``nbytes`` from ``src`` to ``dst`` once asked at ``ready``; the arrival time.
+
+        The transfer goes at the slower side's rate; each side is busy for as long as it
+        needs for the bytes itself (an unlimited side is never busy).
+        """
+        start = max(ready, self._send.get(src, -math.inf), self._recv.get(dst, -math.inf))
+        out_rate, in_rate = self._rate(src, True), self._rate(dst, False)
+        self._send[src] = start + _seconds(nbytes, out_rate)
+        self._recv[dst] = start + _seconds(nbytes, in_rate)
+        return start + _seconds(nbytes, min(out_rate, in_rate)) + self.cost.latency_seconds
+
+
+def _seconds(nbytes: int, rate: float) -> float:
+    return nbytes / rate if math.isfinite(rate) else 0.0
+
+
+@dataclass
+class TopologyRound:
+    """One simulated round of a ring or a tree, for the job loop."""
+
+    estimate: Estimate
+    wait: float  # seconds after the round start the coordinator could decode
+    computations: int  # workers that computed their message
+    uploads: int  # results the coordinator received
+    bytes_up: int  # into the coordinator
+    bytes_down: int  # out of the coordinator
+    cancelled: int
+    decode: float = 0.0
+    compute_max: float = 0.0
+    responses: dict[int, float] = field(default_factory=dict)  # reporters, arrival seconds
+    computes: dict[int, float] = field(default_factory=dict)
+
+
+# Worker w's seconds of compute and of straggler delay in this round.
+Timing = Callable[[int], tuple[float, float]]
+# Worker w's own message at the round's θ (computed only when used).
+Message = Callable[[int], np.ndarray]
+
+
+def ring_round(
+    plan: Plan,
+    policy: Policy,
+    t: int,
+    point: np.ndarray,
+    cost: CostModel,
+    timing: Timing,
+    message: Message,
+) -> TopologyRound:
+    """θ_t scattered and all-gathered, messages reduce-scattered, segments uploaded."""
+    n, dim = plan.n_workers, int(point.shape[0])
+    bounds = segments(dim, n)
+    seg_bytes = [FLOAT_BYTES * (stop - start) for start, stop in bounds]
+    links = Links(cost)
+    policy.begin_round(t, point)
+    have: list[dict[int, float]] = [{} for _ in range(n)]
+    for q in range(n):  # the coordinator sends worker q segment q of θ_t
+        have[q][q] = links.transfer(COORDINATOR, q, seg_bytes[q], 0.0)
+    for step in range(n - 1):  # all-gather
+        for w in range(n):
+            q = gather_segment(w, step, n)
+            have[(w + 1) % n][q] = links.transfer(w, (w + 1) % n, seg_bytes[q], have[w][q])
+    ready = []
+    out = TopologyRound(
+        estimate=Estimate(np.zeros(0), (), exact=True),
+        wait=0.0,
+        computations=n,
+        uploads=n,
+        bytes_up=sum(seg_bytes),
+        bytes_down=sum(seg_bytes),
+        cancelled=0,
+    )
+    for w in range(n):
+        compute, delay = timing(w)
+        out.computes[w] = compute
+        ready.append(max(have[w].values()) + compute + delay)
+    out.compute_max = max(out.computes.values())
+    received = [-math.inf] * n  # when w received the previous step's partial sum
+    for step in range(n - 1):  # reduce-scatter
+        arrivals = []
+        for w in range(n):
+            q = scatter_segment(w, step, n)
+            asked = max(ready[w], received[w])
+            arrivals.append(links.transfer(w, (w + 1) % n, seg_bytes[q], asked))
+        for w in range(n):
+            received[(w + 1) % n] = arrivals[w]
+    done = [max(ready[w], received[w]) for w in range(n)]
+    uploads = reduced_segments([message(w) for w in range(n)])
+    arrive = {
+        w: links.transfer(w, COORDINATOR, seg_bytes[reduced_segment(w, n)], done[w])
+        for w in range(n)
+    }
+    for w in sorted(arrive, key=lambda w: (arrive[w], w)):
+        out.responses[w] = arrive[w]
+        out.wait = arrive[w]
+        if policy.offer(w, uploads[w]):
+            break
+    out.estimate = _decode(policy, t, out)
+    return out
+
+
+def tree_round(
+    plan: Plan,
+    policy: Policy,
+    t: int,
+    point: np.ndarray,
+    cost: CostModel,
+    timing: Timing,
+    message: Message,
+) -> TopologyRound:
+    """θ_t down the tree; partial sums up, each node decoding its fastest children."""
+    tree, B = plan.topology.tree, plan.topology.code
+    assert tree is not None and B is not None
+    code = CyclicCode.from_matrix(B, tree.s)
+    theta_bytes = FLOAT_BYTES * int(point.shape[0])
+    links = Links(cost)
+    spec = policy.begin_round(t, point)
+    theta_at: dict[int, float] = {}
+
+    def down(node: int, at: float) -> None:
+        for child in tree.children(node):
+            theta_at[child] = links.transfer(node, child, theta_bytes, at)
+        for child in tree.children(node):
+            down(child, theta_at[child])
+
+    down(COORDINATOR, 0.0)
+    out = TopologyRound(
+        estimate=Estimate(np.zeros(0), (), exact=True),
+        wait=0.0,
+        computations=tree.n_workers,
+        uploads=0,
+        bytes_up=0,
+        bytes_down=theta_bytes * len(spec.workers),
+        cancelled=0,
+    )
+    own_ready: dict[int, float] = {}
+    for w in range(tree.n_workers):
+        compute, delay = timing(w)
+        out.computes[w] = compute
+        own_ready[w] = theta_at[w] + compute + delay
+    out.compute_max = max(out.computes.values())
+    sent: dict[int, float] = {}  # when a worker's partial sum leaves for its parent
+    partial: dict[int, np.ndarray] = {}
+    for level in range(tree.levels, 0, -1):
+        for w in range(tree.level_start(level), tree.level_start(level + 1)):
+            kids = tree.children(w)
+            if not kids:
+                sent[w], partial[w] = own_ready[w], message(w)
+                continue
+            decided, z, used = _decode_children(
+                w, kids, code, plan.topology.tol, links, sent, partial
+            )
+            out.cancelled += len(kids) - used
+            sent[w] = max(own_ready[w], decided)
+            partial[w] = message(w) + z
+    level1 = tree.children(COORDINATOR)
+    asked = sorted(level1, key=lambda w: (sent[w], w))
+    arrive = {w: links.transfer(w, COORDINATOR, theta_bytes, sent[w]) for w in asked}
+    for w in sorted(arrive, key=lambda w: (arrive[w], w)):
+        out.responses[w] = arrive[w]
+        out.wait = arrive[w]
+        out.uploads += 1
+        out.bytes_up += theta_bytes
+        if policy.offer(w, partial[w]):
+            break
+    out.cancelled += len(level1) - out.uploads
+    out.estimate = _decode(policy, t, out)
+    return out
+
+
+def _decode_children(
+    node: int,
+    kids: Sequence[int],
+    code: CyclicCode,
+    tol: float,
+    links: Links,
+    sent: dict[int, float],
+    partial: dict[int, np.ndarray],
+) -> tuple[float, np.ndarray, int]:
+    """When ``node`` can decode its children, what it decodes, and how many it used.
+
+    The children's partial sums arrive over ``node``'s receiving side in the order they
+    leave; it decodes them with :class:`CyclicRound`, as a worker does. A group that
+    cannot decode (more than s of it lost, or every set above tol) fails the round.
+    """
+    leaving = sorted(kids, key=lambda c: (sent[c], c))
+    arrive = {
+        c: links.transfer(c, node, FLOAT_BYTES * partial[c].shape[0], sent[c]) for c in leaving
+    }
+    decoding = CyclicRound(code, tol)
+    decoding.reset(int(partial[kids[0]].shape[0]))
+    position = {c: i for i, c in enumerate(kids)}
+    for c in sorted(arrive, key=lambda c: (arrive[c], c)):
+        if decoding.add(position[c], partial[c]):
+            z, _ = decoding.combine()  # DecodeError when every set is above tol
+            return arrive[c], z, len(decoding.arrived)
+    raise DecodeError(f"worker {node} could not decode its children")
+
+
+def _decode(policy: Policy, t: int, out: TopologyRound) -> Estimate:
+    """The coordinator's decode (its wall time kept: the simulator's decode seconds)."""
+    start = time.perf_counter()
+    try:
+        estimate = policy.decode()
+    except DecodeError as exc:
+        raise JobFailed(f"round {t}: decoding failed: {exc}") from None
+    out.decode = time.perf_counter() - start
+    return estimate

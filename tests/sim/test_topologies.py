@@ -1,0 +1,147 @@
+"""Rings and trees on the virtual clock: the same θ as uncoded, round times that match
+the closed forms, and the link model's reason to exist (the star's coordinator queue)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codedgd.services.errors import ConfigError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.sim import CostModel, simulate
+from codedgd.services.sim.closed_forms import rth_arrival_mean
+from codedgd.services.stragglers import create_straggler_model
+
+
+def _config(n: int, policy: Component, rounds: int = 20, **job: object) -> JobConfig:
+    return JobConfig(
+        workers=n,
+        rounds=rounds,
+        seed=3,
+        data=Component("synthetic", {"rows": 600, "dim": 40}),
+        policy=policy,
+        **job,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "n"),
+    [
+        (Component("ring-allreduce"), 12),
+        (Component("tree", {"fanout": 3, "levels": 2}), 12),
+        (Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1}), 12),
+    ],
+    ids=["ring", "tree", "codedreduce"],
+)
+def test_topologies_train_exactly_like_uncoded(policy: Component, n: int) -> None:
+    """20 rounds with exponential stragglers: every loss and the final θ agree with the
+    star's uncoded sums to rounding (the additions happen in another order)."""
+    stragglers = Component("exponential", {"mean": 0.01})
+    cost = CostModel(compute="none", seconds_per_sample=0.0, seconds_per_partition=0.0)
+    base = simulate(_config(n, Component("uncoded"), stragglers=stragglers), cost)
+    other = simulate(_config(n, policy, stragglers=stragglers), cost)
+    np.testing.assert_allclose(other.theta, base.theta, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(
+        [r.loss for r in other.records], [r.loss for r in base.records], rtol=1e-11
+    )
+    assert all(r.exact for r in other.records)
+
+
+def _no_compute(**links: float | None) -> CostModel:
+    return CostModel(
+        compute="none",
+        decode_seconds=0.0,
+        **links,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_a_ring_round_takes_2n_hops_of_a_segment(n: int) -> None:
+    """Scatter θ, n−1 all-gather and n−1 reduce-scatter steps, upload: 2n hops of
+    latency α plus ℓ/n values at β each (the all-reduce itself is 2(n−1) of them)."""
+    alpha, beta = 1e-3, 1e6
+    dim = 40  # the synthetic dataset's dim; 8 * n bytes divide it
+    config = _config(n, Component("ring-allreduce"), rounds=3)
+    result = simulate(config, _no_compute(latency_seconds=alpha, bandwidth_bytes_per_second=beta))
+    hop = alpha + 8 * dim / n / beta
+    for record in result.records:
+        assert record.wait_seconds == pytest.approx(2 * n * hop, rel=1e-9)
+        assert record.bytes_up == record.bytes_down == 8 * dim  # O(ℓ) at the coordinator
+
+
+@pytest.mark.parametrize("n", [4, 8, 10])  # n | 40: equal segments
+def test_when_bandwidth_binds_the_star_queues_on_the_coordinators_nic(n: int) -> None:
+    """The coordinator's NIC like a worker's (full duplex, rate β), no latency, no compute.
+    The star sends n copies of θ (S bytes) out one after another and takes the n gradients
+    in as they come: (n+1)·S/β. The ring sends S out and takes S in at the coordinator,
+    and its all-gather and reduce-scatter move (n−1)/n·S on every link at once:
+    (2 + 2(n−1)/n)·S/β. So the ring is about n/4 times faster, and more as n grows."""
+    beta, S = 1e5, 8 * 40
+    links = {
+        "latency_seconds": 0.0,
+        "bandwidth_bytes_per_second": beta,
+        "ingress_bandwidth_bytes_per_second": beta,
+        "egress_bandwidth_bytes_per_second": beta,
+    }
+    star = simulate(_config(n, Component("uncoded"), rounds=2), _no_compute(**links))
+    ring = simulate(_config(n, Component("ring-allreduce"), rounds=2), _no_compute(**links))
+    assert star.records[-1].round_seconds == pytest.approx((n + 1) * S / beta, rel=1e-9)
+    expected_ring = (2 + 2 * (n - 1) / n) * S / beta
+    assert ring.records[-1].round_seconds == pytest.approx(expected_ring, rel=1e-9)
+
+
+@pytest.mark.parametrize(("m", "s", "lam"), [(6, 1, 1.0), (8, 3, 0.5)])
+def test_a_one_level_codedreduce_waits_for_the_m_minus_s_th_arrival(
+    m: int, s: int, lam: float
+) -> None:
+    """L = 1 is the cyclic code on m workers holding s+1 partitions each: the mean round
+    is E[T_(m−s)] = c/m + (c/(λm))(H_m − H_s) with c = s+1 (SCHEMES.md's closed form)."""
+    rounds = 2500
+    config = JobConfig(
+        workers=m,
+        rounds=rounds,
+        seed=11,
+        eval_every=rounds,
+        data=Component("synthetic", {"rows": 2 * m, "dim": 2}),
+        policy=Component("codedreduce", {"fanout": m, "levels": 1, "s": s}),
+        stragglers=Component("shifted-exponential", {"shift": 1.0, "rate": lam}),
+    )
+    result = simulate(config, CostModel.ideal())
+    measured = float(np.mean([r.round_seconds for r in result.records]))
+    assert measured == pytest.approx(rth_arrival_mean(m, lam, m - s, c=s + 1), rel=0.03)
+
+
+def test_a_two_level_tree_round_is_the_order_statistics_recursion() -> None:
+    """Ideal links: a node sends once its own delay has passed and its (m−s)-th child has
+    arrived; the root decodes at its (m−s)-th. Computed here independently, round by
+    round, from the same seeded delays."""
+    m, levels, s, rounds = 3, 2, 1, 40
+    config = JobConfig(
+        workers=12,
+        rounds=rounds,
+        seed=5,
+        data=Component("synthetic", {"rows": 300, "dim": 3}),
+        policy=Component("codedreduce", {"fanout": m, "levels": levels, "s": s}),
+        stragglers=Component("shifted-exponential", {"shift": 1.0, "rate": 2.0}),
+    )
+    result = simulate(config, CostModel.ideal())
+    straggler = create_straggler_model(
+        "shifted-exponential", {"shift": 1.0, "rate": 2.0}, seed=5, n_workers=12
+    )
+    load = 4 / 15  # every node: g^L = 4 of k = 15 partitions
+    for t, record in enumerate(result.records):
+        own = [straggler.delay(w, t, 0.0, load) for w in range(12)]
+        node = [
+            max(own[v], sorted(own[3 + 3 * v + c] for c in range(3))[m - s - 1]) for v in range(3)
+        ]
+        assert record.wait_seconds == pytest.approx(sorted(node)[m - s - 1], rel=1e-12)
+
+
+def test_crashes_are_not_modelled_on_topologies_and_say_so() -> None:
+    config = _config(
+        4,
+        Component("ring-allreduce"),
+        stragglers=Component("crash", {"workers": 1, "at_round": 2}),
+    )
+    with pytest.raises(ConfigError, match="does not model crashes"):
+        simulate(config, CostModel.ideal())
