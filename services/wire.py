@@ -32,8 +32,10 @@ ALLOWED_DTYPES = frozenset({"<f8", "<f4", "<i8", "<i4", "<u4", "<u8", "|u1", "|b
 RESULT_DATA = field_path(pb.WorkerMessage, "result.payload.data")
 THETA_DATA = field_path(pb.CoordinatorMessage, "round.theta.data")
 PARTITION_DATA = field_path(pb.CoordinatorMessage, "data.chunk.data")
+PEER_DATA = field_path(pb.PeerData, "tensor.data")
 WORKER_TENSOR_PATHS = (RESULT_DATA,)
 COORDINATOR_TENSOR_PATHS = (THETA_DATA, PARTITION_DATA)
+PEER_TENSOR_PATHS = (PEER_DATA,)
 PAD_FIELD = pb.TensorChunk.DESCRIPTOR.fields_by_name["pad"].number
 
 

@@ -26,14 +26,16 @@ class TensorChunk(_message.Message):
     def __init__(self, key: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., pad: _Optional[bytes] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("name", "protocol", "has_data_dir")
+    __slots__ = ("name", "protocol", "has_data_dir", "peer_address")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     HAS_DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     protocol: str
     has_data_dir: bool
-    def __init__(self, name: _Optional[str] = ..., protocol: _Optional[str] = ..., has_data_dir: _Optional[bool] = ...) -> None: ...
+    peer_address: str
+    def __init__(self, name: _Optional[str] = ..., protocol: _Optional[str] = ..., has_data_dir: _Optional[bool] = ..., peer_address: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("worker_name", "coordinator_version")
@@ -50,7 +52,7 @@ class Reject(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("job_id", "worker_index", "n_workers", "job_json", "partitions", "coefficients", "chunks", "dim", "inline_data", "options", "n_partitions", "replacement")
+    __slots__ = ("job_id", "worker_index", "n_workers", "job_json", "partitions", "coefficients", "chunks", "dim", "inline_data", "options", "n_partitions", "replacement", "topology")
     class OptionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +72,7 @@ class Assignment(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     N_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     worker_index: int
     n_workers: int
@@ -82,7 +85,44 @@ class Assignment(_message.Message):
     options: _containers.ScalarMap[str, str]
     n_partitions: int
     replacement: bool
-    def __init__(self, job_id: _Optional[str] = ..., worker_index: _Optional[int] = ..., n_workers: _Optional[int] = ..., job_json: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., coefficients: _Optional[_Union[TensorChunk, _Mapping]] = ..., chunks: _Optional[int] = ..., dim: _Optional[int] = ..., inline_data: _Optional[bool] = ..., options: _Optional[_Mapping[str, str]] = ..., n_partitions: _Optional[int] = ..., replacement: _Optional[bool] = ...) -> None: ...
+    topology: Topology
+    def __init__(self, job_id: _Optional[str] = ..., worker_index: _Optional[int] = ..., n_workers: _Optional[int] = ..., job_json: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., coefficients: _Optional[_Union[TensorChunk, _Mapping]] = ..., chunks: _Optional[int] = ..., dim: _Optional[int] = ..., inline_data: _Optional[bool] = ..., options: _Optional[_Mapping[str, str]] = ..., n_partitions: _Optional[int] = ..., replacement: _Optional[bool] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ...) -> None: ...
+
+class Topology(_message.Message):
+    __slots__ = ("kind", "peers", "parent", "children", "s", "tol", "code", "credential")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    S_FIELD_NUMBER: _ClassVar[int]
+    TOL_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    peers: _containers.RepeatedCompositeFieldContainer[PeerAddress]
+    parent: int
+    children: _containers.RepeatedScalarFieldContainer[int]
+    s: int
+    tol: float
+    code: TensorChunk
+    credential: str
+    def __init__(self, kind: _Optional[str] = ..., peers: _Optional[_Iterable[_Union[PeerAddress, _Mapping]]] = ..., parent: _Optional[int] = ..., children: _Optional[_Iterable[int]] = ..., s: _Optional[int] = ..., tol: _Optional[float] = ..., code: _Optional[_Union[TensorChunk, _Mapping]] = ..., credential: _Optional[str] = ...) -> None: ...
+
+class PeerAddress(_message.Message):
+    __slots__ = ("index", "address")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    address: str
+    def __init__(self, index: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class PeerUpdate(_message.Message):
+    __slots__ = ("job_id", "peers")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    peers: _containers.RepeatedCompositeFieldContainer[PeerAddress]
+    def __init__(self, job_id: _Optional[str] = ..., peers: _Optional[_Iterable[_Union[PeerAddress, _Mapping]]] = ...) -> None: ...
 
 class PartitionData(_message.Message):
     __slots__ = ("job_id", "partition", "chunk")
@@ -111,7 +151,7 @@ class AssignmentAck(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class RoundStart(_message.Message):
-    __slots__ = ("job_id", "round", "theta", "params")
+    __slots__ = ("job_id", "round", "theta", "params", "segment", "segments", "attempt")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -123,11 +163,17 @@ class RoundStart(_message.Message):
     ROUND_FIELD_NUMBER: _ClassVar[int]
     THETA_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     theta: TensorChunk
     params: _containers.ScalarMap[str, float]
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., theta: _Optional[_Union[TensorChunk, _Mapping]] = ..., params: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    segment: int
+    segments: int
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., theta: _Optional[_Union[TensorChunk, _Mapping]] = ..., params: _Optional[_Mapping[str, float]] = ..., segment: _Optional[int] = ..., segments: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ("job_id", "round")
@@ -138,20 +184,26 @@ class Cancel(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("job_id", "round", "payload", "compute_seconds", "delay_seconds", "skipped")
+    __slots__ = ("job_id", "round", "payload", "compute_seconds", "delay_seconds", "skipped", "used", "segment", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DELAY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     payload: TensorChunk
     compute_seconds: float
     delay_seconds: float
     skipped: bool
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ...) -> None: ...
+    used: _containers.RepeatedScalarFieldContainer[int]
+    segment: int
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ..., used: _Optional[_Iterable[int]] = ..., segment: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("unix_time",)
@@ -173,6 +225,18 @@ class Shutdown(_message.Message):
     reason: str
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
+class PeerFailure(_message.Message):
+    __slots__ = ("job_id", "round", "peer", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    round: int
+    peer: int
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class WorkerError(_message.Message):
     __slots__ = ("job_id", "round", "message")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -184,21 +248,23 @@ class WorkerError(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "ack", "result", "heartbeat", "error")
+    __slots__ = ("hello", "ack", "result", "heartbeat", "error", "peer_failure")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PEER_FAILURE_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     ack: AssignmentAck
     result: Result
     heartbeat: Heartbeat
     error: WorkerError
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[AssignmentAck, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., error: _Optional[_Union[WorkerError, _Mapping]] = ...) -> None: ...
+    peer_failure: PeerFailure
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., ack: _Optional[_Union[AssignmentAck, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., error: _Optional[_Union[WorkerError, _Mapping]] = ..., peer_failure: _Optional[_Union[PeerFailure, _Mapping]] = ...) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "reject", "assignment", "data", "assignment_end", "round", "cancel", "job_end", "shutdown", "heartbeat")
+    __slots__ = ("welcome", "reject", "assignment", "data", "assignment_end", "round", "cancel", "job_end", "shutdown", "heartbeat", "peers")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     REJECT_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +275,7 @@ class CoordinatorMessage(_message.Message):
     JOB_END_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     reject: Reject
     assignment: Assignment
@@ -219,7 +286,8 @@ class CoordinatorMessage(_message.Message):
     job_end: JobEnd
     shutdown: Shutdown
     heartbeat: Heartbeat
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., reject: _Optional[_Union[Reject, _Mapping]] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., data: _Optional[_Union[PartitionData, _Mapping]] = ..., assignment_end: _Optional[_Union[AssignmentEnd, _Mapping]] = ..., round: _Optional[_Union[RoundStart, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., job_end: _Optional[_Union[JobEnd, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+    peers: PeerUpdate
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., reject: _Optional[_Union[Reject, _Mapping]] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., data: _Optional[_Union[PartitionData, _Mapping]] = ..., assignment_end: _Optional[_Union[AssignmentEnd, _Mapping]] = ..., round: _Optional[_Union[RoundStart, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., job_end: _Optional[_Union[JobEnd, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., peers: _Optional[_Union[PeerUpdate, _Mapping]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("job_json",)
@@ -322,3 +390,31 @@ class CancelJobResponse(_message.Message):
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
     cancelled: bool
     def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
+
+class PeerData(_message.Message):
+    __slots__ = ("job_id", "round", "attempt", "sender", "stage", "step", "segment", "used", "tensor")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    round: int
+    attempt: int
+    sender: int
+    stage: str
+    step: int
+    segment: int
+    used: _containers.RepeatedScalarFieldContainer[int]
+    tensor: TensorChunk
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ..., sender: _Optional[int] = ..., stage: _Optional[str] = ..., step: _Optional[int] = ..., segment: _Optional[int] = ..., used: _Optional[_Iterable[int]] = ..., tensor: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
+class PeerAck(_message.Message):
+    __slots__ = ("received",)
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    received: int
+    def __init__(self, received: _Optional[int] = ...) -> None: ...

@@ -270,3 +270,99 @@ class Coordinator:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class PeerStub:
+    """---------------------------------------------------------------- peers
+
+    Served by every worker that gives a peer_address: the job's other workers push
+    θ_t and partial sums to it (see "topologies"). Every call carries the job's peer
+    credential (Topology.credential) as metadata "authorization: Bearer <credential>";
+    a call without the credential of a job the worker is in is refused
+    (UNAUTHENTICATED) before any message is read. With TLS, peers verify each other
+    with the same CA as the coordinator link.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Push = channel.stream_unary(
+                '/codedgd.v1.Peer/Push',
+                request_serializer=codedgd_dot_v1_dot_codedgd__pb2.PeerData.SerializeToString,
+                response_deserializer=codedgd_dot_v1_dot_codedgd__pb2.PeerAck.FromString,
+                _registered_method=True)
+
+
+class PeerServicer:
+    """---------------------------------------------------------------- peers
+
+    Served by every worker that gives a peer_address: the job's other workers push
+    θ_t and partial sums to it (see "topologies"). Every call carries the job's peer
+    credential (Topology.credential) as metadata "authorization: Bearer <credential>";
+    a call without the credential of a job the worker is in is refused
+    (UNAUTHENTICATED) before any message is read. With TLS, peers verify each other
+    with the same CA as the coordinator link.
+    """
+
+    def Push(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PeerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Push': grpc.stream_unary_rpc_method_handler(
+                    servicer.Push,
+                    request_deserializer=codedgd_dot_v1_dot_codedgd__pb2.PeerData.FromString,
+                    response_serializer=codedgd_dot_v1_dot_codedgd__pb2.PeerAck.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'codedgd.v1.Peer', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('codedgd.v1.Peer', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Peer:
+    """---------------------------------------------------------------- peers
+
+    Served by every worker that gives a peer_address: the job's other workers push
+    θ_t and partial sums to it (see "topologies"). Every call carries the job's peer
+    credential (Topology.credential) as metadata "authorization: Bearer <credential>";
+    a call without the credential of a job the worker is in is refused
+    (UNAUTHENTICATED) before any message is read. With TLS, peers verify each other
+    with the same CA as the coordinator link.
+    """
+
+    @staticmethod
+    def Push(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/codedgd.v1.Peer/Push',
+            codedgd_dot_v1_dot_codedgd__pb2.PeerData.SerializeToString,
+            codedgd_dot_v1_dot_codedgd__pb2.PeerAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -95,6 +95,9 @@ class Upload:
     cancel: CancelFlag
     chunk_bytes: int
     on_sent: Callable[[int], None]
+    attempt: int = 0
+    segment: int = 0  # ring: the segment of the sum the payload is
+    used: tuple[int, ...] = ()  # tree: the children (sibling positions) summed into it
 
     def __iter__(self) -> Iterator[bytes]:
         for c in chunks("gradient", self.payload, self.chunk_bytes):
@@ -104,9 +107,12 @@ class Upload:
             out = message.result
             out.job_id = self.job_id
             out.round = self.round
+            out.attempt = self.attempt
+            out.segment = self.segment
             if c.index == 0:
                 out.compute_seconds = self.compute_seconds
                 out.delay_seconds = self.delay_seconds
+                out.used.extend(self.used)
             c.fill(out.payload, with_data=False)
             self.on_sent(len(c.data))
             yield framed(message, RESULT_DATA, c.data)  # the one copy of the payload

@@ -1,0 +1,242 @@
+"""Workers' ring and tree rounds over in-process peer links: the sums they upload are
+the reference arithmetic, a slow child is left out (and told so), a broken link is named.
+
+The links parse every frame as the peer server would (codedgd.services.worker.peers.
+LocalPeerLinks), so the framing, the mailbox's checks and the round code are the real
+ones; only the sockets are missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from codedgd.services.codes.cyclic import CyclicCode
+from codedgd.services.compute.gradient import Computer, PartitionRows
+from codedgd.services.compute.ring import reduced_segments, segments
+from codedgd.services.models import LeastSquares
+from codedgd.services.policies import create
+from codedgd.services.policies.tree import CodedReduce
+from codedgd.services.worker.peers import LocalPeerLinks, Receive
+from codedgd.services.worker.ring import RingRounds
+from codedgd.services.worker.rounds import Outgoing, Upload, WorkerStats
+from codedgd.services.worker.topology import TopologyContext
+from codedgd.services.worker.tree import TreeRounds
+
+DIM = 7
+CHUNK = 24  # bytes: three floats a chunk, so every tensor travels in several chunks
+
+
+class _Delays:
+    name: ClassVar[str] = "fixed-per-worker"
+
+    def __init__(self, seconds: dict[int, float]) -> None:
+        self.seconds = seconds
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        return self.seconds.get(worker, 0.0)
+
+
+def _partitions(k: int, seed: int = 0) -> list[PartitionRows]:
+    rng = np.random.default_rng(seed)
+    return [
+        PartitionRows(p, rng.standard_normal((4, DIM)), rng.standard_normal(4)) for p in range(k)
+    ]
+
+
+class _Cluster:
+    """n workers' contexts on one in-process network; uploads and failures recorded."""
+
+    def __init__(self, n: int, delays: dict[int, float] | None = None) -> None:
+        self.network: dict[int, Receive] = {}
+        self.uploads: dict[int, list[Upload]] = {w: [] for w in range(n)}
+        self.errors: list[tuple[int, int, str]] = []
+        self.failures: list[tuple[int, int, str]] = []
+        self.links = {w: LocalPeerLinks(w, self.network, self._failed(w)) for w in range(n)}
+        self.stats = {w: WorkerStats() for w in range(n)}
+        self.delays = _Delays(delays or {})
+
+    def _failed(self, w: int):  # type: ignore[no-untyped-def]
+        return lambda peer, reason: self.failures.append((w, peer, reason))
+
+    def context(self, w: int, computer: Computer) -> TopologyContext:
+        def send(message: Outgoing) -> None:
+            assert isinstance(message, Upload)
+            self.uploads[w].append(message)
+
+        return TopologyContext(
+            job_id="j",
+            index=w,
+            dim=DIM,
+            computer=computer,
+            straggler=self.delays,  # type: ignore[arg-type]
+            load=0.5,
+            stats=self.stats[w],
+            links=self.links[w],
+            send=send,
+            chunk_bytes=CHUNK,
+        )
+
+    def error(self, w: int):  # type: ignore[no-untyped-def]
+        return lambda round_, message: self.errors.append((w, round_, message))
+
+    async def wait_uploads(self, workers: list[int], count: int = 1) -> None:
+        for _ in range(500):
+            if all(len(self.uploads[w]) >= count for w in workers):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"uploads: { {w: len(u) for w, u in self.uploads.items()} }")
+
+
+def _payload(upload: Upload) -> np.ndarray:
+    return np.asarray(upload.payload, dtype=np.float64)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+async def test_a_ring_uploads_the_reference_segments_round_after_round(n: int) -> None:
+    cluster = _Cluster(n)
+    parts = _partitions(n)
+    computers = [Computer(LeastSquares(), [parts[w]], np.ones((1, 1))) for w in range(n)]
+    rings = [RingRounds(cluster.context(w, computers[w]), n, cluster.error(w)) for w in range(n)]
+    for w, ring in enumerate(rings):
+        cluster.network[w] = ring.receive
+    bounds = segments(DIM, n)
+    for t in range(3):
+        theta = np.random.default_rng(t).standard_normal(DIM)
+        for w, ring in enumerate(rings):
+            ring.begin(t, 0, theta[slice(*bounds[w])].copy())
+        await cluster.wait_uploads(list(range(n)), t + 1)
+        own = [c.compute(theta).payload for c in computers]
+        reference = reduced_segments(own)
+        for w in range(n):
+            upload = cluster.uploads[w][t]
+            assert (upload.round, upload.segment) == (t, (w + 1) % n)
+            assert np.array_equal(_payload(upload), reference[w])  # bit for bit
+    assert not cluster.errors and not cluster.failures
+    assert all(cluster.stats[w].rounds_computed == 3 for w in range(n))
+
+
+async def test_a_ring_names_the_link_that_broke() -> None:
+    cluster = _Cluster(3)
+    parts = _partitions(3)
+    rings = [
+        RingRounds(
+            cluster.context(w, Computer(LeastSquares(), [parts[w]], np.ones((1, 1)))),
+            3,
+            cluster.error(w),
+        )
+        for w in range(3)
+    ]
+    for w, ring in enumerate(rings):
+        cluster.network[w] = ring.receive
+    cluster.links[1].broken.add(2)  # worker 1 cannot reach worker 2
+    bounds = segments(DIM, 3)
+    for w, ring in enumerate(rings):
+        ring.begin(0, 0, np.zeros(DIM)[slice(*bounds[w])])
+    for _ in range(100):
+        if cluster.failures:
+            break
+        await asyncio.sleep(0.01)
+    assert cluster.failures[0][:2] == (1, 2)  # the fault fired, and is named
+    for ring in rings:
+        ring.stop()
+
+
+def _tree(
+    delays: dict[int, float] | None = None,
+) -> tuple[_Cluster, CodedReduce, list[TreeRounds], list[Computer]]:
+    policy = create("codedreduce", {"fanout": 3, "levels": 2, "s": 1}, seed=2)
+    assert isinstance(policy, CodedReduce)
+    plan = policy.plan(12, 15)
+    tree, B = plan.topology.tree, plan.topology.code
+    assert tree is not None and B is not None
+    code = CyclicCode.from_matrix(B, tree.s)
+    parts = _partitions(15, seed=1)
+    cluster = _Cluster(12, delays)
+    computers = [
+        Computer(LeastSquares(), [parts[p] for p in wp.partitions], wp.coefficients)
+        for wp in plan.workers
+    ]
+    nodes = [
+        TreeRounds(
+            cluster.context(w, computers[w]),
+            tree.parent(w),
+            tree.children(w),
+            code if tree.children(w) else None,
+            plan.topology.tol,
+            cluster.error(w),
+        )
+        for w in range(12)
+    ]
+    for w, node in enumerate(nodes):
+        cluster.network[w] = node.receive
+    return cluster, policy, nodes, computers
+
+
+def _start(nodes: list[TreeRounds], t: int, theta: np.ndarray) -> None:
+    from codedgd.services.coordinator.dataplane import theta_frames
+    from codedgd.services.framing import parse
+    from codedgd.services.proto import codedgd_pb2 as pb
+    from codedgd.services.wire import COORDINATOR_TENSOR_PATHS
+
+    for raw in theta_frames("j", t, theta, {}, CHUNK):
+        frame = parse(pb.CoordinatorMessage, raw, COORDINATOR_TENSOR_PATHS)
+        for node in nodes[:3]:  # level 1 hears the coordinator
+            node.theta_chunk(frame.message.round, frame.data)
+
+
+async def test_codedreduce_workers_deliver_the_full_gradient_to_the_root() -> None:
+    cluster, policy, nodes, _computers = _tree()
+    theta = np.random.default_rng(5).standard_normal(DIM)
+    _start(nodes, 0, theta)
+    await cluster.wait_uploads([0, 1, 2])
+    policy.begin_round(0, theta)
+    done = False
+    for w in range(3):
+        done = policy.offer(w, _payload(cluster.uploads[w][0]))
+        if done:
+            break
+    assert done
+    # Σ over every base partition of its gradient: what uncoded would step with.
+    full = sum(LeastSquares().grad_sum(theta, part.X, part.y) for part in _partitions(15, seed=1))
+    np.testing.assert_allclose(policy.decode().gradient, full, rtol=1e-10)
+    assert not cluster.errors and not cluster.failures
+
+
+async def test_a_slow_leaf_is_left_out_of_its_parents_sum_and_told_to_stop() -> None:
+    slow = 4  # a leaf below worker 0 (its children are 3, 4, 5)
+    cluster, policy, nodes, _ = _tree({slow: 5.0})
+    theta = np.random.default_rng(6).standard_normal(DIM)
+    _start(nodes, 0, theta)
+    await cluster.wait_uploads([0, 1, 2])
+    upload = cluster.uploads[0][0]
+    assert upload.used == (0, 2) or set(upload.used) == {0, 2}  # positions of 3 and 5
+    cancels = [m for to, m in cluster.links[0].sent if to == slow and m.stage == "cancel"]
+    assert cancels and cancels[0].round == 0  # the fault's effect fired: it was stopped
+    await asyncio.sleep(0.05)
+    assert cluster.stats[slow].rounds_cancelled == 1
+    policy.begin_round(0, theta)
+    done = [policy.offer(w, _payload(cluster.uploads[w][0])) for w in range(2)]
+    assert done[-1]
+    full = sum(LeastSquares().grad_sum(theta, p.X, p.y) for p in _partitions(15, seed=1))
+    np.testing.assert_allclose(policy.decode().gradient, full, rtol=1e-10)
+
+
+async def test_a_push_from_a_worker_that_is_not_a_child_is_refused() -> None:
+    from codedgd.services.errors import WireError
+    from codedgd.services.framing import parse
+    from codedgd.services.proto import codedgd_pb2 as pb
+    from codedgd.services.wire import PEER_TENSOR_PATHS
+    from codedgd.services.worker.topology import peer_frames
+
+    _cluster, _, nodes, _ = _tree({w: 5.0 for w in range(12)})  # the round stays open
+    _start(nodes, 0, np.zeros(DIM))
+    (raw,) = list(peer_frames("j", 0, 0, 7, "reduce", "gradient", np.ones(DIM), 1 << 20))
+    frame = parse(pb.PeerData, raw, PEER_TENSOR_PATHS)  # worker 7 is worker 2's child, not 0's
+    with pytest.raises(WireError, match="not from worker 7"):
+        nodes[0].receive(frame.message, frame.data)
+    for node in nodes:
+        node.stop()
