@@ -117,6 +117,8 @@ async def run_local(
                 "--name",
                 f"local-{i}",
                 "--no-reconnect",
+                "--peer-listen",  # for ring and tree jobs: peers on loopback
+                f"{LOOPBACK}:0",
             ]
             if data_dir:
                 args += ["--data-dir", data_dir]

@@ -38,7 +38,7 @@ from codedgd.services.wire import (
     RESULT_DATA,
     THETA_DATA,
 )
-from codedgd.services.worker.rounds import Upload
+from codedgd.services.worker.uploads import Upload
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "protos"

@@ -45,7 +45,7 @@ def _job(n: int, replace_timeout: float = 0.0) -> tuple[JobRun, Policy]:
 
 
 def _loop(job: JobRun) -> RoundLoop:
-    plane = StarPlane(job.id, job.places, DEFAULT_CHUNK_BYTES)
+    plane = StarPlane(job.id, job.places, DEFAULT_CHUNK_BYTES, create("uncoded", {}).plan(2, 2))
     return RoundLoop(job.id, job.config, job.places, job.inbox, plane, job.metrics)
 
 

@@ -23,7 +23,7 @@ from codedgd.services.wire import THETA_DATA, WORKER_TENSOR_PATHS, Assembler, ch
 from codedgd.services.worker import agent as worker_agent
 from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
 from codedgd.services.worker.rounds import Job as _Job
-from codedgd.services.worker.rounds import Upload as _Upload
+from codedgd.services.worker.uploads import Upload as _Upload
 
 DIM = 6
 

@@ -8,7 +8,7 @@ from codedgd.services.compute.gradient import CancelFlag
 from codedgd.services.framing import parse
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import WORKER_TENSOR_PATHS, Assembler
-from codedgd.services.worker.rounds import Upload as _Upload
+from codedgd.services.worker.uploads import Upload as _Upload
 
 
 def _upload(payload: np.ndarray, cancel: CancelFlag, sent: list[int]) -> _Upload:

@@ -64,6 +64,23 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     p.add_argument(
+        "--peer-listen",
+        metavar="HOST:PORT",
+        help="serve the Peer service here, for jobs whose workers exchange gradients with "
+        "each other (ring-allreduce, tree, codedreduce); port 0 picks a free one "
+        "(default: none, star jobs only)",
+    )
+    p.add_argument(
+        "--peer-address",
+        metavar="HOST:PORT",
+        help="the address peers dial to reach --peer-listen (default: its host if it names "
+        "one, else this host's address on the route to the coordinator, with the bound port)",
+    )
+    p.add_argument(
+        "--peer-tls-server-name",
+        help="the name peers' TLS certificates carry, when it is not their address",
+    )
+    p.add_argument(
         "--no-reconnect",
         action="store_true",
         help="exit when the stream ends (a stream that fails before the coordinator "
@@ -122,6 +139,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         security=security_from_args(args),
         data_dir=Path(args.data_dir) if args.data_dir else None,
         reconnect=not args.no_reconnect,
+        peer_listen=args.peer_listen,
+        peer_address=args.peer_address,
+        peer_tls_server_name=args.peer_tls_server_name,
     )
     if args.name:
         options.name = args.name

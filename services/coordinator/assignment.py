@@ -12,6 +12,7 @@ start (:meth:`Assigner.assign`) and a newcomer taking a lost place
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,7 @@ from codedgd.services.data.dataset import FINGERPRINT_PREFIX, Matrix, fingerprin
 from codedgd.services.errors import JobFailed
 from codedgd.services.job import JobConfig
 from codedgd.services.job.prepare import Prepared
+from codedgd.services.policies.base import Plan
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import PARTITION_DATA, chunks, framed, tensor_chunks
 
@@ -38,6 +40,16 @@ class Assigner:
     metrics: CoordinatorMetrics
     chunk_bytes: int
     timeout: float  # seconds to wait for workers, and for each acknowledgement
+    places: Places
+    credential: str = ""  # the job's peer credential (worker-to-worker topologies)
+
+    @property
+    def topology(self) -> str:
+        return self.prepared.plan.topology.kind
+
+    def can_take(self, session: WorkerSession) -> bool:
+        """Can this worker hold a place of the job (a ring or tree needs a Peer service)?"""
+        return self.topology == "star" or bool(session.peer_address)
 
     async def assign(self, sessions: Sessions, places: Places) -> None:
         """Wait for n idle workers, give them the job's places, and wait for every ack."""
@@ -51,6 +63,14 @@ class Assigner:
                 f"(codedgd worker --coordinator ...) or lower job.workers"
             ) from None
         places.take_all(chosen)
+        without = [s.label for s in places.holders if not self.can_take(s)]
+        if without:
+            raise JobFailed(
+                f"policy {self.config.policy.name!r} sends gradients between workers over a "
+                f"{self.topology}, but {', '.join(without)} serve(s) no Peer service: start "
+                "the workers with --peer-listen HOST:PORT (and --peer-address if their peers "
+                "must dial another address)"
+            )
         job_json = self.config.to_json()
         for index, session in enumerate(places.holders):
             await self.send(index, session, job_json)
@@ -105,6 +125,15 @@ class Assigner:
                 replacement=replacement,
             )
         )
+        if self.topology != "star":
+            own = session.peer_address
+
+            def address(j: int) -> str:
+                return own if j == index else self.places[j].peer_address
+
+            assignment.assignment.topology.CopyFrom(
+                topology_message(plan, index, address, self.credential)
+            )
         session.send(assignment)
         self.metrics.assignment_bytes.inc(assignment.ByteSize())
         for p in wp.partitions if not from_disk else ():
@@ -116,6 +145,32 @@ class Assigner:
                 self.metrics.assignment_bytes.inc(len(message))
                 await asyncio.sleep(0)
         session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.job_id)))
+
+
+def topology_message(
+    plan: Plan, index: int, address: Callable[[int], str], credential: str
+) -> pb.Topology:
+    """Worker ``index``'s place in the plan's ring or tree, with its peers' addresses."""
+    topology = plan.topology
+    message = pb.Topology(kind=topology.kind, credential=credential)
+    peers: list[int] = []
+    if topology.kind == "ring":
+        n = plan.n_workers
+        peers = sorted({(index - 1) % n, (index + 1) % n} - {index})
+    elif topology.kind == "tree":
+        tree, code = topology.tree, topology.code
+        assert tree is not None and code is not None
+        parent, children = tree.parent(index), tree.children(index)
+        message.parent = parent
+        message.children.extend(children)
+        message.s = tree.s
+        message.tol = topology.tol
+        if children:
+            message.code.CopyFrom(next(tensor_chunks("code", code.astype(np.float64))))
+        peers = ([parent] if parent >= 0 else []) + list(children)
+    for j in peers:
+        message.peers.add(index=j, address=address(j))
+    return message
 
 
 def partition_messages(

@@ -6,12 +6,19 @@ the bytes travel. The plan names its topology (``Plan.topology``), and
 :func:`data_plane` builds the plane registered under that name, so a new topology is a
 new class in :data:`DATA_PLANES`, not a branch in the round loop.
 
-Today there is one: :class:`StarPlane`, where the coordinator sends θ_t to every
-contacted worker and each sends its result straight back (the parameter-server star).
-Worker-to-worker topologies (a ring, a tree of workers) change only this: they send θ_t
-to the workers that start its forwarding, and name which workers report to the
-coordinator (:meth:`DataPlane.reporters`); the round loop, the inbox and the policies
-stay as they are.
+- :class:`StarPlane`: the coordinator sends θ_t to every contacted worker and each sends
+  its result straight back (the parameter-server star).
+- :class:`RingPlane`: the coordinator sends worker i segment i of θ_t; the workers
+  all-gather it, reduce-scatter their messages among themselves, and each sends back the
+  segment of the sum it holds (:mod:`codedgd.services.worker.ring`).
+- :class:`TreePlane`: the coordinator sends θ_t to the level-1 workers, which pass it
+  down; partial sums come back up the tree, and the coordinator hears level 1 only
+  (:mod:`codedgd.services.worker.tree`).
+
+A worker-to-worker plane cannot hand one newcomer θ_t mid-round (its peers have moved
+on without it), so a round that waits for a replacement is started again, as a new
+*attempt*, once the replacement has joined (:attr:`DataPlane.restarts`); messages of an
+older attempt are dropped like those of an older round.
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ from typing import Protocol
 
 import numpy as np
 
+from codedgd.services.compute.ring import segments
 from codedgd.services.coordinator.places import Places
 from codedgd.services.errors import ConfigError
+from codedgd.services.policies.base import Plan
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import THETA_DATA, chunks, framed
 
@@ -31,9 +40,15 @@ class DataPlane(Protocol):
     """How one job's rounds move θ out and results in (one instance per job)."""
 
     name: str
+    restarts: bool  # a replacement the round waits for restarts it (a new attempt)
 
     def send_theta(
-        self, t: int, point: np.ndarray, params: Mapping[str, float], workers: Sequence[int]
+        self,
+        t: int,
+        point: np.ndarray,
+        params: Mapping[str, float],
+        workers: Sequence[int],
+        attempt: int = 0,
     ) -> int:
         """Start round t: θ_t (with the policy's ``params``) to ``workers``; bytes sent."""
         ...
@@ -44,6 +59,17 @@ class DataPlane(Protocol):
 
     def reporters(self, workers: Sequence[int]) -> set[int]:
         """Of a round's ``workers``, those whose results reach the coordinator."""
+        ...
+
+    def unreachable(self, lost: set[int]) -> set[int]:
+        """The reporters whose results cannot come this round with ``lost`` gone."""
+        ...
+
+    def contributors(
+        self, used: Sequence[int], below: Mapping[int, Sequence[int]]
+    ) -> tuple[int, ...]:
+        """Every worker whose message is in the decoded estimate: the reporters ``used``
+        and the workers each reported below it (``Result.contributors``)."""
         ...
 
     def cancel(self, t: int, workers: Iterable[int]) -> None:
@@ -60,8 +86,9 @@ class StarPlane:
     """
 
     name = "star"
+    restarts = False
 
-    def __init__(self, job_id: str, places: Places, chunk_bytes: int) -> None:
+    def __init__(self, job_id: str, places: Places, chunk_bytes: int, plan: Plan) -> None:
         self.job_id = job_id
         self.places = places
         self.chunk_bytes = chunk_bytes
@@ -69,9 +96,14 @@ class StarPlane:
         self._frame_bytes = 0
 
     def send_theta(
-        self, t: int, point: np.ndarray, params: Mapping[str, float], workers: Sequence[int]
+        self,
+        t: int,
+        point: np.ndarray,
+        params: Mapping[str, float],
+        workers: Sequence[int],
+        attempt: int = 0,
     ) -> int:
-        frames = theta_frames(self.job_id, t, point, params, self.chunk_bytes)
+        frames = theta_frames(self.job_id, t, point, params, self.chunk_bytes, attempt=attempt)
         self._frames = frames
         self._frame_bytes = sum(len(f) for f in frames)
         for w in workers:
@@ -89,24 +121,161 @@ class StarPlane:
     def reporters(self, workers: Sequence[int]) -> set[int]:
         return set(workers)
 
+    def unreachable(self, lost: set[int]) -> set[int]:
+        return set(lost)
+
+    def contributors(
+        self, used: Sequence[int], below: Mapping[int, Sequence[int]]
+    ) -> tuple[int, ...]:
+        return tuple(sorted(used))
+
     def cancel(self, t: int, workers: Iterable[int]) -> None:
-        cancel = pb.CoordinatorMessage(
-            cancel=pb.Cancel(job_id=self.job_id, round=t)
-        ).SerializeToString()
+        cancel_frames(self.places, self.job_id, t, workers)
+
+
+class RingPlane:
+    """Segments of θ_t out, one per worker; the segment of the sum each holds back."""
+
+    name = "ring"
+    restarts = True
+
+    def __init__(self, job_id: str, places: Places, chunk_bytes: int, plan: Plan) -> None:
+        self.job_id = job_id
+        self.places = places
+        self.chunk_bytes = chunk_bytes
+        self.n = plan.n_workers
+
+    def send_theta(
+        self,
+        t: int,
+        point: np.ndarray,
+        params: Mapping[str, float],
+        workers: Sequence[int],
+        attempt: int = 0,
+    ) -> int:
+        bounds = segments(int(point.shape[0]), self.n)
+        sent = 0
         for w in workers:
-            self.places[w].send(cancel)
+            lo, hi = bounds[w]
+            frames = theta_frames(
+                self.job_id,
+                t,
+                point[lo:hi],
+                params,
+                self.chunk_bytes,
+                attempt=attempt,
+                segment=(w, self.n),
+            )
+            for frame in frames:
+                self.places[w].send(frame)
+            sent += sum(len(f) for f in frames)
+        return sent
+
+    def send_theta_to(self, worker: int) -> int:
+        raise AssertionError("a ring round restarts for a newcomer (restarts = True)")
+
+    def reporters(self, workers: Sequence[int]) -> set[int]:
+        return set(workers)
+
+    def unreachable(self, lost: set[int]) -> set[int]:
+        return set(range(self.n)) if lost else set()  # every segment passes every worker
+
+    def contributors(
+        self, used: Sequence[int], below: Mapping[int, Sequence[int]]
+    ) -> tuple[int, ...]:
+        return tuple(sorted(used))
+
+    def cancel(self, t: int, workers: Iterable[int]) -> None:
+        cancel_frames(self.places, self.job_id, t, workers)
+
+
+class TreePlane:
+    """θ_t to level 1 (the workers pass it down); level 1's partial sums back."""
+
+    name = "tree"
+    restarts = True
+
+    def __init__(self, job_id: str, places: Places, chunk_bytes: int, plan: Plan) -> None:
+        assert plan.topology.tree is not None
+        self.job_id = job_id
+        self.places = places
+        self.chunk_bytes = chunk_bytes
+        self.tree = plan.topology.tree
+        self._frames: list[bytes] = []
+
+    def send_theta(
+        self,
+        t: int,
+        point: np.ndarray,
+        params: Mapping[str, float],
+        workers: Sequence[int],
+        attempt: int = 0,
+    ) -> int:
+        frames = theta_frames(self.job_id, t, point, params, self.chunk_bytes, attempt=attempt)
+        for w in workers:
+            for frame in frames:
+                self.places[w].send(frame)
+        return sum(len(f) for f in frames) * len(workers)
+
+    def send_theta_to(self, worker: int) -> int:
+        raise AssertionError("a tree round restarts for a newcomer (restarts = True)")
+
+    def reporters(self, workers: Sequence[int]) -> set[int]:
+        return set(self.tree.children(-1)) & set(workers)
+
+    def unreachable(self, lost: set[int]) -> set[int]:
+        """Level-1 workers that cannot report: lost, or their subtree cannot decode (a
+        group with more than s of its members unable to send)."""
+        tree, needed = self.tree, self.tree.fanout - self.tree.s
+
+        def can_send(worker: int) -> bool:
+            if worker in lost:
+                return False
+            kids = tree.children(worker)
+            return not kids or sum(can_send(c) for c in kids) >= needed
+
+        return {w for w in tree.children(-1) if not can_send(w)}
+
+    def contributors(
+        self, used: Sequence[int], below: Mapping[int, Sequence[int]]
+    ) -> tuple[int, ...]:
+        out = set(used)
+        for w in used:
+            out.update(below.get(w, ()))
+        return tuple(sorted(out))
+
+    def cancel(self, t: int, workers: Iterable[int]) -> None:
+        cancel_frames(self.places, self.job_id, t, workers)
+
+
+def cancel_frames(places: Places, job_id: str, t: int, workers: Iterable[int]) -> None:
+    """Cancel{t} to each of ``workers``."""
+    cancel = pb.CoordinatorMessage(cancel=pb.Cancel(job_id=job_id, round=t)).SerializeToString()
+    for w in workers:
+        places[w].send(cancel)
 
 
 def theta_frames(
-    job_id: str, t: int, point: np.ndarray, params: Mapping[str, float], chunk_bytes: int
+    job_id: str,
+    t: int,
+    point: np.ndarray,
+    params: Mapping[str, float],
+    chunk_bytes: int,
+    *,
+    attempt: int = 0,
+    segment: tuple[int, int] | None = None,
 ) -> list[bytes]:
-    """θ_t as serialized ``RoundStart`` frames, one per chunk (``params`` in the first)."""
+    """θ_t (or ``segment`` = (q, n): θ_t's segment q of n) as serialized ``RoundStart``
+    frames, one per chunk (``params`` in the first)."""
     frames = []
     for c in chunks("theta", point, chunk_bytes):
         message = pb.CoordinatorMessage()
         start = message.round
         start.job_id = job_id
         start.round = t
+        start.attempt = attempt
+        if segment is not None:
+            start.segment, start.segments = segment
         if c.index == 0:
             start.params.update(params)
         c.fill(start.theta, with_data=False)
@@ -115,8 +284,10 @@ def theta_frames(
 
 
 # Topology kind (Plan.topology.kind) → the plane that carries it.
-DATA_PLANES: Mapping[str, Callable[[str, Places, int], DataPlane]] = {
+DATA_PLANES: Mapping[str, Callable[[str, Places, int, Plan], DataPlane]] = {
     StarPlane.name: StarPlane,
+    RingPlane.name: RingPlane,
+    TreePlane.name: TreePlane,
 }
 
 
@@ -130,12 +301,13 @@ def check_topology(topology: str, policy: str) -> None:
         )
 
 
-def data_plane(topology: str, job_id: str, places: Places, chunk_bytes: int) -> DataPlane:
+def data_plane(plan: Plan, job_id: str, places: Places, chunk_bytes: int) -> DataPlane:
     """The data plane for a plan's topology."""
+    topology = plan.topology.kind
     factory = DATA_PLANES.get(topology)
     if factory is None:
         raise ConfigError(
             f"the plan asks for topology {topology!r}, which this coordinator cannot carry "
             f"(it knows {', '.join(sorted(DATA_PLANES))}): upgrade the coordinator"
         )
-    return factory(job_id, places, chunk_bytes)
+    return factory(job_id, places, chunk_bytes, plan)

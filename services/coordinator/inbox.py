@@ -64,6 +64,7 @@ class _Partial:
     assembler: Assembler | None  # None: the round takes no more of this result; drop it
     first: pb.Result
     summing: bool = False  # chunks are added into the policy's arrival_sum()
+    attempt: int = 0
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Inbox:
     payload_len: list[int] = field(default_factory=list)  # place → its result's length
     pool: BufferPool = field(default_factory=lambda: BufferPool(0))
     round: int = -1  # the round in progress
+    attempt: int = 0  # its attempt (a worker-to-worker round started again)
     summing: np.ndarray | None = None  # policy.arrival_sum() of the round in progress
     expecting: set[int] = field(default_factory=set)  # results the sum still takes
     # place → leading bytes of its result in the sum already, from a holder lost part-way
@@ -84,9 +86,13 @@ class Inbox:
     bytes_up: int = 0  # result bytes received during this round
     partials: dict[int, _Partial] = field(default_factory=dict)
 
-    def open_round(self, t: int, summing: np.ndarray | None, contacted: Iterable[int]) -> None:
-        """Round t starts: results go into ``summing`` (if not None) from ``contacted``."""
+    def open_round(
+        self, t: int, summing: np.ndarray | None, contacted: Iterable[int], attempt: int = 0
+    ) -> None:
+        """Round t (its ``attempt``) starts: results go into ``summing`` (if not None)
+        from ``contacted``."""
         self.round = t
+        self.attempt = attempt
         self.late = 0
         self.bytes_up = 0
         self.summing = summing
@@ -116,17 +122,22 @@ class Inbox:
             return  # lost (it reported an error, say) while its stream stays open: unused
         self.bytes_up += nbytes
         self.metrics.bytes_up.inc(nbytes)
-        if result.round < self.round:
+        if (result.round, result.attempt) < (self.round, self.attempt):
             self.partials.pop(worker, None)
             self.late += 1
             self.metrics.stragglers.labels("late_dropped").inc()
             return
-        if result.round > self.round:
-            raise WireError(f"result for round {result.round} but round {self.round} is running")
+        if (result.round, result.attempt) > (self.round, self.attempt):
+            raise WireError(
+                f"result for round {result.round} (attempt {result.attempt}) but round "
+                f"{self.round} (attempt {self.attempt}) is running"
+            )
         if result.skipped:
             self.put(Arrival(worker, result, None, time.perf_counter()))
             return
         partial = self.partials.get(worker)
+        if partial is not None and partial.attempt != result.attempt:
+            partial = None  # a chunk of an abandoned attempt's result
         if partial is None or partial.round != result.round or result.payload.index == 0:
             if partial is not None and partial.round == result.round and partial.summing:
                 raise WireError(
@@ -154,9 +165,11 @@ class Inbox:
         shape = (self.payload_len[worker],)
         if self.summing is None:
             pooled = Assembler("gradient", dtype="<f8", shape=shape, pool=self.pool)
-            return _Partial(int(result.round), pooled, result)
+            return _Partial(int(result.round), pooled, result, attempt=int(result.attempt))
         if worker not in self.expecting:
-            return _Partial(int(result.round), None, result, summing=True)
+            return _Partial(
+                int(result.round), None, result, summing=True, attempt=int(result.attempt)
+            )
         adding = Assembler(
             "gradient",
             dtype="<f8",
@@ -164,7 +177,9 @@ class Inbox:
             add_into=self.summing,
             skip_bytes=self.summed_prefix.get(worker, 0),
         )
-        return _Partial(int(result.round), adding, result, summing=True)
+        return _Partial(
+            int(result.round), adding, result, summing=True, attempt=int(result.attempt)
+        )
 
     def drop_partial(self, worker: int) -> None:
         """Place ``worker``'s holder is gone: forget its unfinished result.

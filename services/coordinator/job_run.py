@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,8 @@ class JobRun:
     def __post_init__(self) -> None:
         self.places = Places(self.id)
         self.inbox = Inbox(self.places, self.metrics)
+        # Workers of a ring or tree job present it to each other (never to anyone else).
+        self.peer_credential = secrets.token_urlsafe(32)
 
     # ------------------------------------------------------------ events from sessions
 
@@ -97,6 +100,30 @@ class JobRun:
         self.inbox.drop_partial(index)
         self.metrics.stragglers.labels("lost").inc()
         self.inbox.put(Lost(index, reason, session))
+
+    def peer_failure(self, session: WorkerSession, failure: pb.PeerFailure) -> None:
+        """A worker of this job could not reach (or hear) one of its peers: that peer is
+        lost to the job (a replacement takes its place, or the round fails naming it)."""
+        if failure.job_id != self.id or not self.places.holds(session.index, session):
+            return
+        peer = int(failure.peer)
+        if not 0 <= peer < len(self.places) or peer == session.index:
+            return
+        target = self.places[peer]
+        log.warning(
+            "job %s: %s reports %s unreachable at %s: %s",
+            self.id,
+            session.label,
+            target.label,
+            target.peer_address or "(no address)",
+            failure.reason,
+        )
+        self.metrics.stragglers.labels("peer_unreachable").inc()
+        self.lose(
+            target,
+            f"unreachable from {session.label} at its peer address "
+            f"{target.peer_address or '(none)'}: {failure.reason}",
+        )
 
     # ------------------------------------------------------------ watchers
 
@@ -167,13 +194,20 @@ class JobRun:
         # One round's results, plus as many held by the policy (lazy rules keep n).
         self.inbox.pool = BufferPool(2 * n + 2)
         assigner = Assigner(
-            self.id, self.config, prepared, self.metrics, self.chunk_bytes, self.assign_timeout
+            self.id,
+            self.config,
+            prepared,
+            self.metrics,
+            self.chunk_bytes,
+            self.assign_timeout,
+            self.places,
+            self.peer_credential,
         )
         await assigner.assign(self.sessions, self.places)
         return assigner
 
     async def _rounds(self, prepared: Prepared) -> None:
-        plane = data_plane(prepared.plan.topology.kind, self.id, self.places, self.chunk_bytes)
+        plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
         loop = RoundLoop(self.id, self.config, self.places, self.inbox, plane, self.metrics)
         descent = self._descent = Descent(self.config, prepared)
 

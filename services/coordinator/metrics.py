@@ -135,6 +135,11 @@ class CoordinatorMetrics:
             "Lost workers whose place a newly connected worker took during a job.",
             registry=r,
         )
+        self.round_restarts = Counter(
+            "codedgd_round_restarts_total",
+            "Rounds of a ring or tree started again once a lost worker's replacement joined.",
+            registry=r,
+        )
         self.assignment_bytes = Counter(
             "codedgd_assignment_bytes_total",
             "Bytes of plans and training rows sent to workers at job start.",

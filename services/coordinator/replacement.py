@@ -18,6 +18,7 @@ from codedgd.services.coordinator.inbox import Inbox, Replaced
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.places import Places
 from codedgd.services.coordinator.sessions import Sessions, WorkerSession
+from codedgd.services.proto import codedgd_pb2 as pb
 
 log = logging.getLogger("codedgd.coordinator")
 
@@ -54,7 +55,9 @@ class Replacer:
                 if not places.lost - places.candidates.keys():
                     places.vacancy.clear()  # set again by a loss or a failed newcomer
                     continue
-                session = await self.sessions.next_idle(lambda s: s.id not in places.retired)
+                session = await self.sessions.next_idle(
+                    lambda s: s.id not in places.retired and self.assigner.can_take(s)
+                )
                 open_places = places.lost - places.candidates.keys()
                 if not open_places:
                     continue
@@ -101,6 +104,16 @@ class Replacer:
             return
         places.swap_in(index, session)
         self.inbox.forget(index)  # nothing of the old holder's carries over
+        if self.assigner.topology != "star":  # its peers reach it at its address from now
+            update = pb.CoordinatorMessage(
+                peers=pb.PeerUpdate(
+                    job_id=places.job_id,
+                    peers=[pb.PeerAddress(index=index, address=session.peer_address)],
+                )
+            )
+            for holder in places.holders:
+                if holder is not session:
+                    holder.send(update)
         self.metrics.replacements.inc()
         log.info("job %s: %s took the place of lost worker %d", places.job_id, session.label, index)
         self.inbox.put(Replaced(index, session))

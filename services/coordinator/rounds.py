@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from prometheus_client import Histogram
@@ -60,6 +60,7 @@ class Outcome:
     late: int
     responses: dict[int, float]  # worker → seconds from θ_t sent to its result received
     computes: dict[int, float]  # worker → its reported compute seconds
+    contributors: tuple[int, ...] = ()  # workers whose messages are in the estimate
 
 
 class RoundLoop:
@@ -136,7 +137,7 @@ class RoundLoop:
                 loss=loss,
                 metric=metric,
                 metric_name=model.metric_name,
-                workers_used=tuple(sorted(estimate.workers_used)),
+                workers_used=out.contributors,
                 exact=estimate.exact,
                 decode_residual=estimate.residual,
                 bytes_up=out.bytes_up,
@@ -158,22 +159,42 @@ class RoundLoop:
                 break
 
     async def one_round(self, t: int, point: np.ndarray, policy: Policy) -> Outcome:
-        """Round t at ``point``: from θ_t out to the decoded estimate."""
+        """Round t at ``point``: from θ_t out to the decoded estimate.
+
+        On a worker-to-worker plane a round that waits for a replacement starts again, as
+        attempt 1, 2, ..., once it has joined (:attr:`DataPlane.restarts`).
+        """
+        attempt, sent_before = 0, 0
+        while True:
+            try:
+                outcome = await self._attempt(t, point, policy, attempt)
+            except _Restart as restart:
+                self.plane.cancel(t, restart.contacted)
+                sent_before += restart.bytes_down
+                attempt += 1
+                self.metrics.round_restarts.inc()
+                log.info("job %s: round %d starts again (attempt %d)", self.job_id, t, attempt)
+                continue
+            return replace(outcome, bytes_down=outcome.bytes_down + sent_before)
+
+    async def _attempt(self, t: int, point: np.ndarray, policy: Policy, attempt: int) -> Outcome:
         places, inbox, plane = self.places, self.inbox, self.plane
         spec = policy.begin_round(t, point)
         contacted = [w for w in spec.workers if w not in places.lost]
+        blocked = plane.unreachable(places.lost)  # reporters that cannot report this round
         # Results are added into the policy's sum chunk by chunk as they arrive, when
         # the policy sums every payload (Policy.arrival_sum); else assembled and offered.
-        inbox.open_round(t, policy.arrival_sum(), plane.reporters(contacted))
-        outstanding = plane.reporters(contacted)
-        vacant = {w for w in spec.workers if w in places.lost}  # wanted, lost, not replaced
+        outstanding = plane.reporters(contacted) - blocked
+        inbox.open_round(t, policy.arrival_sum(), outstanding, attempt)
+        # Wanted, lost (or cut off), not replaced yet.
+        vacant = {w for w in spec.workers if w in places.lost or w in blocked}
         places.vacant = vacant  # the replacer fills these places first
         loop = asyncio.get_running_loop()
         deadline_at = loop.time() + self.config.round_timeout
         replace_by: float | None = None  # waiting for a replacement until then
         if not policy.feasible(frozenset(outstanding)):
             replace_by = self._await_replacement(t, policy, loop.time())
-        bytes_down = plane.send_theta(t, point, spec.params, contacted)
+        bytes_down = plane.send_theta(t, point, spec.params, contacted, attempt)
         sent_at = time.perf_counter()  # θ_t is queued to every contacted worker's stream
         self.metrics.bytes_down.inc(bytes_down)
         self.metrics.computations.inc(len(contacted))
@@ -182,6 +203,7 @@ class RoundLoop:
         cancelled_early = 0
         responses: dict[int, float] = {}
         computes: dict[int, float] = {}
+        below: dict[int, tuple[int, ...]] = {}  # a tree's reporters: the workers in their sums
         # Decodable before any arrival: no one contacted, or (lazy policies) enough stale
         # messages count already.
         decodable = policy.feasible(frozenset())
@@ -215,6 +237,11 @@ class RoundLoop:
                 w = event.worker
                 if not places.holds(w, event.session) or w in places.lost:
                     continue  # stale: that newcomer was lost again since
+                if plane.restarts:
+                    if replace_by is not None and not plane.unreachable(places.lost) & vacant:
+                        # Every place the round waits for is held again: start it over.
+                        raise _Restart(contacted, bytes_down)
+                    continue  # the round goes on without it; it takes part from the next
                 if w in vacant and w not in policy.superseded():
                     # The round still wants this worker: send it θ_t, with a round's time.
                     vacant.discard(w)
@@ -233,10 +260,12 @@ class RoundLoop:
             if isinstance(event, Lost):
                 if not places.holds(event.worker, event.session):
                     continue  # stale: the index has a new holder since
-                if event.worker in outstanding and event.worker in spec.workers:
-                    vacant.add(event.worker)
-                outstanding.discard(event.worker)
-                inbox.expecting.discard(event.worker)
+                # The worker, and any reporter it cuts off (a ring's everyone, a tree's
+                # ancestors whose group can no longer decode).
+                gone = ({event.worker} | plane.unreachable(places.lost)) & outstanding
+                vacant.update(w for w in gone if w in spec.workers)
+                outstanding -= gone
+                inbox.expecting.difference_update(gone)
                 if replace_by is None and not policy.feasible(frozenset(outstanding)):
                     why = f"worker {event.worker} was lost in round {t} ({event.reason}); "
                     replace_by = self._await_replacement(t, policy, loop.time(), why)
@@ -259,6 +288,8 @@ class RoundLoop:
             compute_max = max(compute_max, event.result.compute_seconds)
             responses[event.worker] = event.received - sent_at
             computes[event.worker] = event.result.compute_seconds
+            if event.result.contributors:
+                below[event.worker] = tuple(event.result.contributors)
             if event.summed:
                 decodable = policy.offer_summed(event.worker)
             else:
@@ -311,6 +342,7 @@ class RoundLoop:
             late=inbox.late,
             responses=responses,
             computes=computes,
+            contributors=plane.contributors(estimate.workers_used, below),
         )
 
     def _worker_histograms(self, worker: int) -> tuple[Histogram, Histogram]:
@@ -349,6 +381,14 @@ class RoundLoop:
 
     def _infeasible_message(self, t: int, policy: Policy) -> str:
         return infeasible_message(policy.name, t, self.places.lost_labels())
+
+
+class _Restart(Exception):
+    """A worker-to-worker round starts over: the replacement it waited for has joined."""
+
+    def __init__(self, contacted: list[int], bytes_down: int) -> None:
+        self.contacted = contacted
+        self.bytes_down = bytes_down
 
 
 def _timed(decode: Callable[[], Estimate]) -> tuple[Estimate, float]:

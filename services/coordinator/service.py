@@ -164,7 +164,7 @@ class CoordinatorService:
             return
         hello = first.hello
         session = self.sessions.new(
-            hello.name or context.peer(), context.peer(), hello.has_data_dir
+            hello.name or context.peer(), context.peer(), hello.has_data_dir, hello.peer_address
         )
         log.info(
             "worker %s connected from %s (%d connected)",
@@ -209,6 +209,8 @@ class CoordinatorService:
                 elif kind == "error" and job is not None:
                     log.warning("%s reports: %s", session.label, message.error.message)
                     job.lose(session, message.error.message)
+                elif kind == "peer_failure" and job is not None:
+                    job.peer_failure(session, message.peer_failure)
         except WireError as exc:
             log.warning("rejecting %s: %s", session.label, exc)
             self.metrics.stragglers.labels("rejected").inc()

@@ -29,6 +29,7 @@ class WorkerSession:
     name: str
     peer: str
     has_data_dir: bool
+    peer_address: str = ""  # where its Peer service listens ("": it serves none)
     outbox: asyncio.Queue[Outgoing | None] = field(default_factory=asyncio.Queue)
     connected_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
@@ -60,7 +61,9 @@ class Sessions:
         self._changed = asyncio.Condition()
         self._on_change = on_change
 
-    def new(self, name: str, peer: str, has_data_dir: bool) -> WorkerSession:
+    def new(
+        self, name: str, peer: str, has_data_dir: bool, peer_address: str = ""
+    ) -> WorkerSession:
         """Register a worker; a name already connected gets its session id appended."""
         session_id = next(self._ids)
         if any(s.name == name for s in self._sessions.values()):
@@ -71,7 +74,7 @@ class Sessions:
                 f"{name}#{session_id}",
             )
             name = f"{name}#{session_id}"
-        s = WorkerSession(session_id, name, peer, has_data_dir)
+        s = WorkerSession(session_id, name, peer, has_data_dir, peer_address)
         self._sessions[s.id] = s
         self._notify()
         return s

@@ -184,14 +184,14 @@ class Cancel(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("job_id", "round", "payload", "compute_seconds", "delay_seconds", "skipped", "used", "segment", "attempt")
+    __slots__ = ("job_id", "round", "payload", "compute_seconds", "delay_seconds", "skipped", "contributors", "segment", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DELAY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
-    USED_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTORS_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
@@ -200,10 +200,10 @@ class Result(_message.Message):
     compute_seconds: float
     delay_seconds: float
     skipped: bool
-    used: _containers.RepeatedScalarFieldContainer[int]
+    contributors: _containers.RepeatedScalarFieldContainer[int]
     segment: int
     attempt: int
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ..., used: _Optional[_Iterable[int]] = ..., segment: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ..., contributors: _Optional[_Iterable[int]] = ..., segment: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("unix_time",)
@@ -392,7 +392,7 @@ class CancelJobResponse(_message.Message):
     def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
 
 class PeerData(_message.Message):
-    __slots__ = ("job_id", "round", "attempt", "sender", "stage", "step", "segment", "used", "tensor")
+    __slots__ = ("job_id", "round", "attempt", "sender", "stage", "step", "segment", "contributors", "tensor")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -400,7 +400,7 @@ class PeerData(_message.Message):
     STAGE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_FIELD_NUMBER: _ClassVar[int]
-    USED_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTORS_FIELD_NUMBER: _ClassVar[int]
     TENSOR_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
@@ -409,9 +409,9 @@ class PeerData(_message.Message):
     stage: str
     step: int
     segment: int
-    used: _containers.RepeatedScalarFieldContainer[int]
+    contributors: _containers.RepeatedScalarFieldContainer[int]
     tensor: TensorChunk
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ..., sender: _Optional[int] = ..., stage: _Optional[str] = ..., step: _Optional[int] = ..., segment: _Optional[int] = ..., used: _Optional[_Iterable[int]] = ..., tensor: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ..., sender: _Optional[int] = ..., stage: _Optional[str] = ..., step: _Optional[int] = ..., segment: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ..., tensor: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class PeerAck(_message.Message):
     __slots__ = ("received",)

@@ -100,6 +100,7 @@ class _Round:
     responses: dict[int, float] = field(default_factory=dict)
     computes: dict[int, float] = field(default_factory=dict)
     bytes_down: int | None = None  # None: θ's bytes to each of the computations
+    workers_used: tuple[int, ...] | None = None  # None: the estimate's
     cancelled: int | None = None  # None: computations neither answered nor lost
 
 
@@ -232,7 +233,11 @@ class Simulator:
                 loss=loss,
                 metric=metric,
                 metric_name=model.metric_name,
-                workers_used=tuple(sorted(estimate.workers_used)),
+                workers_used=(
+                    out.workers_used
+                    if out.workers_used is not None
+                    else tuple(sorted(estimate.workers_used))
+                ),
                 exact=estimate.exact,
                 decode_residual=estimate.residual,
                 bytes_up=out.bytes_up,
@@ -491,6 +496,7 @@ class Simulator:
             computes=got.computes,
             bytes_down=got.bytes_down,
             cancelled=got.cancelled,
+            workers_used=got.contributors,
         )
 
     def _compute_payload(self, w: int, point: np.ndarray) -> np.ndarray:

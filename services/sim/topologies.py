@@ -97,6 +97,7 @@ class TopologyRound:
     compute_max: float = 0.0
     responses: dict[int, float] = field(default_factory=dict)  # reporters, arrival seconds
     computes: dict[int, float] = field(default_factory=dict)
+    contributors: tuple[int, ...] = ()  # every worker whose message is in the estimate
 
 
 # Worker w's seconds of compute and of straggler delay in this round.
@@ -163,6 +164,7 @@ def ring_round(
         if policy.offer(w, uploads[w]):
             break
     out.estimate = _decode(policy, t, out)
+    out.contributors = tuple(range(n))
     return out
 
 
@@ -208,6 +210,7 @@ def tree_round(
     out.compute_max = max(out.computes.values())
     sent: dict[int, float] = {}  # when a worker's partial sum leaves for its parent
     partial: dict[int, np.ndarray] = {}
+    below: dict[int, set[int]] = {}  # the workers whose messages are in a partial sum
     for level in range(tree.levels, 0, -1):
         for w in range(tree.level_start(level), tree.level_start(level + 1)):
             kids = tree.children(w)
@@ -217,7 +220,8 @@ def tree_round(
             decided, z, used = _decode_children(
                 w, kids, code, plan.topology.tol, links, sent, partial
             )
-            out.cancelled += len(kids) - used
+            out.cancelled += len(kids) - len(used)
+            below[w] = {v for c in used for v in (c, *below.get(c, ()))}
             sent[w] = max(own_ready[w], decided)
             partial[w] = message(w) + z
     level1 = tree.children(COORDINATOR)
@@ -232,6 +236,8 @@ def tree_round(
             break
     out.cancelled += len(level1) - out.uploads
     out.estimate = _decode(policy, t, out)
+    used = out.estimate.workers_used
+    out.contributors = tuple(sorted({v for w in used for v in (w, *below.get(w, ()))}))
     return out
 
 
@@ -243,8 +249,8 @@ def _decode_children(
     links: Links,
     sent: dict[int, float],
     partial: dict[int, np.ndarray],
-) -> tuple[float, np.ndarray, int]:
-    """When ``node`` can decode its children, what it decodes, and how many it used.
+) -> tuple[float, np.ndarray, tuple[int, ...]]:
+    """When ``node`` can decode its children, what it decodes, and the children it used.
 
     The children's partial sums arrive over ``node``'s receiving side in the order they
     leave; it decodes them with :class:`CyclicRound`, as a worker does. A group that
@@ -260,7 +266,7 @@ def _decode_children(
     for c in sorted(arrive, key=lambda c: (arrive[c], c)):
         if decoding.add(position[c], partial[c]):
             z, _ = decoding.combine()  # DecodeError when every set is above tol
-            return arrive[c], z, len(decoding.arrived)
+            return arrive[c], z, tuple(kids[p] for p in decoding.arrived)
     raise DecodeError(f"worker {node} could not decode its children")
 
 

@@ -21,7 +21,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +32,10 @@ from codedgd.services.framing import frame_reader, to_wire
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.security import Security
 from codedgd.services.wire import COORDINATOR_TENSOR_PATHS, DEFAULT_CHUNK_BYTES, GRPC_OPTIONS
-from codedgd.services.worker.rounds import Outgoing as RoundOutgoing
-from codedgd.services.worker.rounds import Rounds, Upload, WorkerStats
+from codedgd.services.worker.peers import GrpcPeerLinks, OnFailure, PeerServer
+from codedgd.services.worker.rounds import Rounds
+from codedgd.services.worker.uploads import Outgoing as RoundOutgoing
+from codedgd.services.worker.uploads import Upload, WorkerStats
 
 log = logging.getLogger("codedgd.worker")
 PROTOCOL = "codedgd.v1"
@@ -65,6 +67,26 @@ class WorkerOptions:
     max_backoff: float = 10.0
     heartbeat_seconds: float = 5.0
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    # The Peer service for ring and tree jobs: where it listens (None: no peer service,
+    # star jobs only) and the address peers should dial (None: derived, see peer_address).
+    peer_listen: str | None = None
+    peer_address: str | None = None
+    peer_tls_server_name: str | None = None  # the name peers' certificates carry
+
+    def peer_security(self) -> tuple[Security, Security]:
+        """(serving, dialing) security of peer links: TLS when this worker has a certificate
+        (--tls-cert/--tls-key), verified with --tls-ca, mutual when a CA is given."""
+        sec = self.security
+        if sec.tls_cert is None or sec.tls_key is None:
+            return Security(), Security()
+        serving = Security(tls_cert=sec.tls_cert, tls_key=sec.tls_key, tls_ca=sec.tls_ca)
+        dialing = Security(
+            tls_cert=sec.tls_cert,
+            tls_key=sec.tls_key,
+            tls_ca=sec.tls_ca,
+            tls_server_name=self.peer_tls_server_name,
+        )
+        return serving, dialing
 
 
 Outgoing = RoundOutgoing | None
@@ -78,12 +100,16 @@ class WorkerAgent:
         self._stop = asyncio.Event()
         self._out: asyncio.Queue[Outgoing] = asyncio.Queue()
         self.stats = WorkerStats()
+        self._peer_serving, self._peer_dialing = options.peer_security()
         self.rounds = Rounds(
             self._send,
             data_dir=options.data_dir,
             chunk_bytes=options.chunk_bytes,
             stats=self.stats,
+            links=self._links if options.peer_listen is not None else None,
         )
+        self.peer_server: PeerServer | None = None
+        self.advertised = ""  # the peer address told to the coordinator
         self.connected = False
         self._heard = False  # this session has received a message
         self._ever_heard = False  # any session has
@@ -92,6 +118,29 @@ class WorkerAgent:
     def _send(self, message: RoundOutgoing) -> None:
         """Queue a message on the current session's stream."""
         self._out.put_nowait(message)
+
+    def _links(
+        self, addresses: Mapping[int, str], credential: str, on_failure: OnFailure
+    ) -> GrpcPeerLinks:
+        return GrpcPeerLinks(addresses, credential, self._peer_dialing, on_failure)
+
+    async def start_peer_service(self) -> str:
+        """Bind the Peer service (``--peer-listen``); the address peers are told to dial.
+
+        A bind that fails (address in use, not this host's) is a ConfigError now, before
+        the worker connects.
+        """
+        listen = self.options.peer_listen
+        if listen is None or self.peer_server is not None:
+            return self.advertised
+        server = PeerServer(self.rounds.peer_data, self.rounds.credentials, self._peer_serving)
+        port = await server.start(listen)
+        self.peer_server = server
+        self.advertised = self.options.peer_address or advertised_address(
+            listen, port, self.options.coordinator
+        )
+        log.info("peer service on %s (peers dial %s)", listen, self.advertised)
+        return self.advertised
 
     def stop(self) -> None:
         """Ask the worker to leave (SIGTERM handler): ends the stream and returns from run()."""
@@ -108,6 +157,15 @@ class WorkerAgent:
         load gRPC can end a refused stream with INTERNAL before its UNAUTHENTICATED
         status arrives, and the next try gets the real answer.
         """
+        await self.start_peer_service()
+        try:
+            await self._connect()
+        finally:
+            if self.peer_server is not None:
+                await self.peer_server.stop()
+                self.peer_server = None
+
+    async def _connect(self) -> None:
         backoff = self.options.initial_backoff
         first_tries = FIRST_CONNECT_TRIES
         while not self._stop.is_set():
@@ -183,6 +241,7 @@ class WorkerAgent:
                     name=self.options.name,
                     protocol=PROTOCOL,
                     has_data_dir=self.options.data_dir is not None,
+                    peer_address=self.advertised,
                 )
             )
         )
@@ -245,6 +304,8 @@ class WorkerAgent:
                 self._restart_after = restart
                 return False  # the connection drops with everything this worker held
             self.rounds.round_chunk(message.round, data)
+        elif kind == "peers":
+            self.rounds.update_peers(message.peers)
         elif kind == "cancel":
             self.rounds.cancel(message.cancel.job_id, message.cancel.round)
         elif kind == "job_end":
@@ -255,3 +316,23 @@ class WorkerAgent:
             self._out.put_nowait(None)
             return False
         return True
+
+
+def advertised_address(listen: str, port: int, coordinator: str) -> str:
+    """The address peers dial when --peer-address is not given: the --peer-listen host
+    when it names one, else this host's address on the route to the coordinator (what a
+    peer on the coordinator's network reaches), with the bound port."""
+    from codedgd.services.address import parse_address
+
+    host, _ = parse_address(listen, "--peer-listen")
+    if host not in ("", "0.0.0.0", "::"):
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        target, target_port = parse_address(coordinator, "--coordinator")
+        family = socket.AF_INET6 if ":" in target else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((target, target_port))  # a route lookup: no packet is sent
+            own = str(probe.getsockname()[0])
+    except (OSError, CodedGDError):
+        own = "127.0.0.1"
+    return f"[{own}]:{port}" if ":" in own else f"{own}:{port}"

@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from codedgd.services.codes.cyclic import CyclicCode
 from codedgd.services.compute.gradient import CancelFlag, Cancelled, Computer, ComputeResult
 from codedgd.services.compute.lazy import LazyUploader
 from codedgd.services.errors import CodedGDError, WireError
@@ -31,27 +32,19 @@ from codedgd.services.job import JobConfig
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.stragglers import crash_restart
 from codedgd.services.stragglers.base import StragglerModel
-from codedgd.services.wire import RESULT_DATA, Assembler, BufferPool, chunks, framed
+from codedgd.services.wire import Assembler, BufferPool, to_array
 from codedgd.services.worker.assignment import PartitionIntake, build
+from codedgd.services.worker.peers import PeerLinks
+from codedgd.services.worker.ring import RingRounds
+from codedgd.services.worker.topology import TopologyContext
+from codedgd.services.worker.tree import TreeRounds
+from codedgd.services.worker.uploads import Outgoing, Upload, WorkerStats
 
 log = logging.getLogger("codedgd.worker")
 
 # A computation that took less than this last round runs on the event loop: the
 # thread hand-off would cost more than it saves, and it is too short to delay a Cancel.
 INLINE_COMPUTE_SECONDS = 0.002
-
-
-@dataclass
-class WorkerStats:
-    """A worker's running totals (read by its Prometheus endpoint at scrape time)."""
-
-    rounds_computed: int = 0
-    rounds_cancelled: int = 0
-    compute_seconds_total: float = 0.0
-    delay_seconds_total: float = 0.0
-    bytes_sent_total: int = 0
-    uploads_skipped: int = 0
-    crashes: int = 0
 
 
 @dataclass
@@ -73,56 +66,23 @@ class Job:
     lazy: LazyUploader = field(default_factory=LazyUploader)
     # θ of this round, of a cancelled round still being computed, one spare.
     theta_pool: BufferPool = field(default_factory=lambda: BufferPool(3))
+    # A ring's or a tree's rounds (None: the star, handled here).
+    peers: PeerRounds | None = None
 
 
-@dataclass(frozen=True)
-class Upload:
-    """A result's frames, made one at a time as the stream takes them.
+# Links to a job's peers: (peer addresses by index, the job's credential, on a link's failure).
+LinksFactory = Callable[[Mapping[int, str], str, Callable[[int, str], None]], PeerLinks]
 
-    Once the round is cancelled (a Cancel, or θ of a newer round), the chunks not
-    yet taken are never framed or sent: the coordinator no longer wants them and
-    drops a partial result with its round. A slow worker's upload thus stops
-    costing bandwidth the moment the round decodes without it. (Framing late was
-    also meant to keep the bytes in cache for gRPC's copy; repeated A/B runs show
-    no CPU difference, see docs/benchmarks.md.)
-    """
-
-    job_id: str
-    round: int
-    payload: np.ndarray
-    compute_seconds: float
-    delay_seconds: float
-    cancel: CancelFlag
-    chunk_bytes: int
-    on_sent: Callable[[int], None]
-    attempt: int = 0
-    segment: int = 0  # ring: the segment of the sum the payload is
-    used: tuple[int, ...] = ()  # tree: the children (sibling positions) summed into it
-
-    def __iter__(self) -> Iterator[bytes]:
-        for c in chunks("gradient", self.payload, self.chunk_bytes):
-            if self.cancel.is_set():
-                return
-            message = pb.WorkerMessage()
-            out = message.result
-            out.job_id = self.job_id
-            out.round = self.round
-            out.attempt = self.attempt
-            out.segment = self.segment
-            if c.index == 0:
-                out.compute_seconds = self.compute_seconds
-                out.delay_seconds = self.delay_seconds
-                out.used.extend(self.used)
-            c.fill(out.payload, with_data=False)
-            self.on_sent(len(c.data))
-            yield framed(message, RESULT_DATA, c.data)  # the one copy of the payload
-
-
-Outgoing = pb.WorkerMessage | bytes | Upload
+PeerRounds = RingRounds | TreeRounds
 
 
 class Rounds:
-    """One worker's job (at most one at a time) and the rounds it computes for it."""
+    """One worker's job (at most one at a time) and the rounds it computes for it.
+
+    A star job's rounds run here. A ring's or a tree's run in :mod:`.ring` or
+    :mod:`.tree` over links to the job's peers that ``links`` makes (the gRPC ones by
+    default; tests pass in-process ones).
+    """
 
     def __init__(
         self,
@@ -131,13 +91,16 @@ class Rounds:
         data_dir: Path | None,
         chunk_bytes: int,
         stats: WorkerStats,
+        links: LinksFactory | None = None,
     ) -> None:
         self._send = send
         self.data_dir = data_dir
         self.chunk_bytes = chunk_bytes
         self.stats = stats
+        self.links = links
         self.job: Job | None = None
         self.last_compute = float("inf")  # seconds the last computation took
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def worker_index(self) -> int | None:
@@ -176,7 +139,83 @@ class Rounds:
             log.exception("cannot take assignment %s", job_id)
             self._ack(job_id, f"{type(exc).__name__}: {exc}")
             return
+        try:
+            job.peers = self._peer_rounds(job)
+        except CodedGDError as exc:
+            self._ack(job_id, str(exc))
+            return
         self._ack(job_id, "")
+
+    def _peer_rounds(self, job: Job) -> PeerRounds | None:
+        """The ring's or tree's rounds of a job that has one (None: a star job)."""
+        topology = job.assignment.topology
+        if topology.kind in ("", "star"):
+            return None
+        if self.links is None:
+            raise WireError(
+                f"the job sends gradients over a {topology.kind} of workers but this worker "
+                "serves no Peer service: start it with --peer-listen HOST:PORT"
+            )
+        a = job.assignment
+        assert job.computer is not None
+        addresses = {int(p.index): p.address for p in topology.peers}
+
+        def failed(peer: int, reason: str) -> None:
+            self._send(
+                pb.WorkerMessage(
+                    peer_failure=pb.PeerFailure(
+                        job_id=job.job_id, round=max(job.theta_round, 0), peer=peer, reason=reason
+                    )
+                )
+            )
+
+        ctx = TopologyContext(
+            job_id=job.job_id,
+            index=int(a.worker_index),
+            dim=int(a.dim),
+            computer=job.computer,
+            straggler=job.straggler,
+            load=len(a.partitions) / max(1, a.n_partitions),
+            stats=self.stats,
+            links=self.links(addresses, topology.credential, failed),
+            send=self._send,
+            chunk_bytes=self.chunk_bytes,
+        )
+
+        def error(round_: int, message: str) -> None:
+            self._error(job.job_id, round_, message)
+
+        if topology.kind == "ring":
+            return RingRounds(ctx, int(a.n_workers), error)
+        if topology.kind == "tree":
+            code = None
+            if topology.children:
+                B = to_array(topology.code).astype(np.float64)
+                code = CyclicCode.from_matrix(B, int(topology.s))
+            return TreeRounds(
+                ctx, int(topology.parent), tuple(topology.children), code, topology.tol, error
+            )
+        raise WireError(f"unknown topology {topology.kind!r}: upgrade this worker")
+
+    def credentials(self) -> tuple[str, ...]:
+        """The peer credentials accepted now: the running job's."""
+        job = self.job
+        if job is None or job.peers is None:
+            return ()
+        return (job.assignment.topology.credential,)
+
+    def peer_data(self, message: pb.PeerData, data: memoryview | None) -> None:
+        """A push from a peer (the peer server's callback); WireError refuses it."""
+        job = self.job
+        if job is None or job.peers is None or message.job_id != job.job_id:
+            raise WireError(f"no job {message.job_id!r} with peers is running on this worker")
+        job.peers.receive(message, data)
+
+    def update_peers(self, update: pb.PeerUpdate) -> None:
+        """Peers of the job reached at new addresses (a replacement joined)."""
+        job = self.job
+        if job is not None and job.peers is not None and update.job_id == job.job_id:
+            job.peers.ctx.links.update({int(p.index): p.address for p in update.peers})
 
     def end_job(self, job_id: str) -> None:
         """JobEnd: the job is over for this worker."""
@@ -186,6 +225,10 @@ class Rounds:
     def drop_job(self) -> None:
         if self.job is not None:
             self._cancel_task(self.job)
+            if self.job.peers is not None:
+                closing = asyncio.ensure_future(self.job.peers.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
         self.job = None
 
     def _ack(self, job_id: str, error: str) -> None:
@@ -224,6 +267,14 @@ class Rounds:
         """A chunk of θ_t; the last one starts round t (and ends any older one)."""
         job = self.job
         if job is None or start.job_id != job.job_id or job.computer is None:
+            return
+        if job.peers is not None:
+            if start.theta.index == 0:
+                job.theta_round = int(start.round)
+            try:
+                job.peers.theta_chunk(start, data)
+            except WireError as exc:
+                self._error(job.job_id, int(start.round), str(exc))
             return
         if start.theta.index == 0:
             job.theta = Assembler("theta", dtype="<f8", pool=job.theta_pool)
@@ -267,7 +318,9 @@ class Rounds:
     def cancel(self, job_id: str, round_: int) -> None:
         """Cancel{t}: round t's result is no longer wanted."""
         job = self.job
-        if job is not None and job.job_id == job_id and job.task_round == round_:
+        if job is not None and job.job_id == job_id and job.peers is not None:
+            job.peers.cancel(round_)
+        elif job is not None and job.job_id == job_id and job.task_round == round_:
             self._cancel_task(job)
 
     async def _do_round(

@@ -24,7 +24,7 @@ from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.stragglers.base import StragglerModel
 from codedgd.services.wire import PEER_DATA, Assembler, chunks, framed
 from codedgd.services.worker.peers import PeerLinks
-from codedgd.services.worker.rounds import Outgoing, Upload, WorkerStats
+from codedgd.services.worker.uploads import Outgoing, Upload, WorkerStats
 
 log = logging.getLogger("codedgd.worker")
 
@@ -69,7 +69,7 @@ class TopologyContext:
         cancel: CancelFlag,
         *,
         segment: int = 0,
-        used: Sequence[int] = (),
+        contributors: Sequence[int] = (),
     ) -> None:
         """The round's result, to the coordinator."""
         self.send(
@@ -84,7 +84,7 @@ class TopologyContext:
                 self._count_sent,
                 attempt=attempt,
                 segment=segment,
-                used=tuple(used),
+                contributors=tuple(contributors),
             )
         )
 
@@ -102,7 +102,7 @@ class TopologyContext:
         *,
         step: int = 0,
         segment: int = 0,
-        used: Sequence[int] = (),
+        contributors: Sequence[int] = (),
     ) -> None:
         """A tensor to ``peer`` (framed now: the array may change after this returns)."""
         frames = list(
@@ -117,7 +117,7 @@ class TopologyContext:
                 self.chunk_bytes,
                 step=step,
                 segment=segment,
-                used=used,
+                contributors=contributors,
             )
         )
         self.links.send(peer, frames)
@@ -164,9 +164,9 @@ def peer_frames(
     *,
     step: int = 0,
     segment: int = 0,
-    used: Sequence[int] = (),
+    contributors: Sequence[int] = (),
 ) -> Iterator[bytes]:
-    """A tensor as PeerData frames (``used`` in the first)."""
+    """A tensor as PeerData frames (``contributors`` in the first)."""
     for c in chunks(key, array, chunk_bytes):
         message = pb.PeerData()
         message.job_id = job_id
@@ -177,7 +177,7 @@ def peer_frames(
         message.step = step
         message.segment = segment
         if c.index == 0:
-            message.used.extend(used)
+            message.contributors.extend(contributors)
         c.fill(message.tensor, with_data=False)
         yield framed(message, PEER_DATA, c.data)
 
@@ -188,7 +188,7 @@ class Delivery:
 
     sender: int
     segment: int
-    used: tuple[int, ...]
+    contributors: tuple[int, ...]
     array: np.ndarray
 
 
@@ -255,7 +255,7 @@ class Mailbox:
             return
         first = slot.first
         assert first is not None
-        delivery = Delivery(int(first.sender), int(first.segment), tuple(first.used), array)
+        delivery = Delivery(int(first.sender), int(first.segment), tuple(first.contributors), array)
         slot.done = delivery
         if slot.future is not None and not slot.future.done():
             slot.future.set_result(delivery)

@@ -6,9 +6,10 @@ flows down the tree without waiting at any level. The worker computes its own me
 and waits its straggler delay; its children's partial sums arrive (``reduce`` pushes);
 once the first m−s of them decode within tol (the coordinator's rule:
 :class:`~codedgd.services.codes.cyclic.CyclicRound`, sibling code B from the plan), it
-sends its own message plus the decoded sum up, with the set of children it used, and
-tells the children it did not use to stop. The set that counts is fixed once per round
-and travels with the sum: a child whose sum comes later is never mixed in.
+sends its own message plus the decoded sum up, naming every worker below it whose message
+is in that sum, and tells the children it did not use to stop. The set that counts is
+fixed once per round and travels with the sum: a child whose sum comes later is never
+mixed in.
 
 A leaf sends its own message. A Cancel (the coordinator's, or the parent's ``cancel``
 push) ends the round here and is passed on to the children.
@@ -148,17 +149,26 @@ class TreeRounds:
             theta = await theta_ready
             result = await ctx.compute(round_, theta, cancel)
             up = result.payload
+            contributors: tuple[int, ...] = ()
             if self.children:
-                z, used = await self._children_sum(round_, attempt)
+                z, used, contributors = await self._children_sum(round_, attempt)
                 self._used = used
                 for position, child in enumerate(self.children):
                     if position not in used:  # slower than the set that counts: stop it
                         ctx.stop(child, round_, attempt)
                 up = up + z
             if self.parent == COORDINATOR:
-                ctx.upload(round_, attempt, up, result.seconds, cancel, used=self._used)
+                ctx.upload(round_, attempt, up, result.seconds, cancel, contributors=contributors)
             else:
-                ctx.push(self.parent, round_, attempt, "reduce", "gradient", up, used=self._used)
+                ctx.push(
+                    self.parent,
+                    round_,
+                    attempt,
+                    "reduce",
+                    "gradient",
+                    up,
+                    contributors=contributors,
+                )
         except (Cancelled, asyncio.CancelledError):
             return
         except (CodedGDError, WireError) as exc:
@@ -167,17 +177,22 @@ class TreeRounds:
             log.exception("tree round %d failed", round_)
             self.on_error(round_, f"tree round failed: {type(exc).__name__}: {exc}")
 
-    async def _children_sum(self, round_: int, attempt: int) -> tuple[np.ndarray, tuple[int, ...]]:
-        """Σ_{c∈F} a_c·z_c over the first children that decode, and F (sibling positions)."""
+    async def _children_sum(
+        self, round_: int, attempt: int
+    ) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
+        """Σ_{c∈F} a_c·z_c over the first children that decode, F (sibling positions),
+        and every worker whose message is in that sum."""
         assert self.code is not None
         decoding = CyclicRound(self.code, self.tol)
         decoding.reset(self.ctx.dim)
         position = {child: i for i, child in enumerate(self.children)}
         key = (round_, attempt, "reduce", 0)
+        below: dict[int, tuple[int, ...]] = {}
         while True:
             got = await self.mailbox.next(key)
             if position[got.sender] in decoding.arrived:
                 continue
+            below[position[got.sender]] = (got.sender, *got.contributors)
             if decoding.add(position[got.sender], got.array):
                 break
         try:
@@ -186,7 +201,9 @@ class TreeRounds:
             raise DecodeError(
                 f"worker {self.ctx.index} cannot decode its children: {exc}"
             ) from None
-        return z, tuple(decoding.arrived)
+        used = tuple(decoding.arrived)
+        contributors = tuple(sorted(w for p in used for w in below[p]))
+        return z, used, contributors
 
     async def close(self) -> None:
         self.stop()

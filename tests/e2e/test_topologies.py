@@ -1,0 +1,206 @@
+"""Rings and trees of real worker processes over loopback gRPC, peers pushing to peers.
+
+Each test starts its worker processes once (with a Peer service on loopback) and runs
+its jobs on them one after another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from grpc import aio
+
+from codedgd.services.coordinator.job_run import JobRun
+from codedgd.services.coordinator.server import CoordinatorServer
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.security import Security
+from codedgd.services.worker.peers import PUSH_METHOD, PeerServer
+from codedgd.services.worker.topology import peer_frames
+from tests.conftest import WorkerProcesses
+from tests.e2e.fakes import wait_for
+from tests.e2e.test_training import SYNTH, reference_gd
+
+PEERS = ("--peer-listen", "127.0.0.1:0")
+CODEDREDUCE = Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1})
+
+
+def _config(policy: Component, workers: int, rounds: int, **job: Any) -> JobConfig:
+    return JobConfig(
+        workers=workers,
+        rounds=rounds,
+        seed=9,
+        data=SYNTH,
+        model=Component("logistic", {"l2": 1e-3}),
+        policy=policy,
+        **job,
+    )
+
+
+async def _run(server: CoordinatorServer, config: JobConfig, timeout: float = 120) -> JobRun:
+    job = server.service.submit(config)
+
+    async def finished() -> None:
+        while not job.finished:
+            await job.wait_change()
+
+    await asyncio.wait_for(finished(), timeout=timeout)
+    return job
+
+
+def _assert_gd(job: JobRun, config: JobConfig) -> None:
+    assert job.state == "done", job.error
+    assert len(job.records) == config.rounds and all(r.exact for r in job.records)
+    assert job.theta is not None
+    expected = reference_gd(config)
+    assert np.linalg.norm(job.theta - expected) <= 1e-9 * np.linalg.norm(expected)
+
+
+async def test_ring_tree_and_codedreduce_step_like_gradient_descent_for_20_rounds(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    worker_processes.start(coordinator.port, 12, extra=PEERS)
+    stragglers = Component("exponential", {"mean": 0.005})
+    dim = 20
+    for policy, n in (
+        (Component("ring-allreduce"), 12),
+        (Component("ring-allreduce"), 2),
+        (Component("tree", {"fanout": 3, "levels": 2}), 12),
+        (CODEDREDUCE, 12),
+    ):
+        config = _config(policy, n, 20, stragglers=stragglers)
+        job = await _run(coordinator, config)
+        _assert_gd(job, config)
+        first = job.records[0]
+        if policy.name == "ring-allreduce":  # O(ℓ) in and out at the coordinator
+            assert 8 * dim <= first.bytes_up < 8 * dim + 200 * n
+            assert first.workers_used == tuple(range(n))
+        else:  # it hears level 1 only
+            assert first.uploads <= 3 and first.bytes_up < 3 * (8 * dim + 200)
+
+
+async def test_codedreduce_leaves_out_exactly_the_workers_a_trace_slows(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses, tmp_path: Path
+) -> None:
+    """A sample of straggler patterns, one per round: the slow worker's message is in no
+    sum (the record names who counted), and θ is gradient descent's."""
+    slow = {0: [4], 1: [1], 2: [3, 7], 3: [4, 8, 10], 4: []}  # round → slowed workers
+    trace = [[0.8 if w in slow[t] else 0.0 for w in range(12)] for t in range(5)]
+    path = tmp_path / "delays.json"
+    path.write_text(json.dumps(trace))
+    worker_processes.start(coordinator.port, 12, extra=PEERS)
+    config = _config(
+        CODEDREDUCE, 12, 5, stragglers=Component("trace", {"path": str(path)}), round_timeout=60
+    )
+    job = await _run(coordinator, config)
+    _assert_gd(job, config)
+    for t, record in enumerate(job.records):
+        excluded = set(range(12)) - set(record.workers_used)
+        assert set(slow[t]) <= excluded, (t, record.workers_used)
+        # Every group of three siblings counts two: 2 of level 1, 2 below each of those.
+        assert len(record.workers_used) == 2 + 2 * 2
+
+
+def _procs_by_name(procs: list[Any]) -> dict[str, Any]:
+    return {p.args[p.args.index("--name") + 1]: p for p in procs}
+
+
+@pytest.mark.parametrize("policy", [Component("ring-allreduce"), CODEDREDUCE], ids=["ring", "cr"])
+async def test_a_killed_worker_is_replaced_and_the_round_runs_again(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses, policy: Component
+) -> None:
+    """kill -9 of a worker mid-job: its peers' links fail, a spare takes its place, the
+    round starts again as a new attempt, and θ stays gradient descent's."""
+    n = 4 if policy.name == "ring-allreduce" else 12
+    procs = _procs_by_name(worker_processes.start(coordinator.port, n + 1, extra=PEERS))
+    config = _config(policy, n, 16, replace_timeout=60, round_timeout=60)
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: len(job.records) >= 4, timeout=90)
+    victim = 1  # a level-1 worker of the tree, a ring member
+    killed = procs[job.places.holders[victim].name]
+    killed.send_signal(signal.SIGKILL)
+    await _run_to_end(job)
+    _assert_gd(job, config)
+    metrics = coordinator.service.metrics
+    assert killed.poll() is not None  # the fault fired
+    assert metrics.replacements._value.get() == 1
+    # A ring cannot finish a round without every member: it starts the round again once
+    # the spare joined. CodedReduce (s = 1) decodes without one level-1 worker: no restart.
+    restarts = metrics.round_restarts._value.get()
+    assert restarts >= 1 if policy.name == "ring-allreduce" else restarts == 0
+
+
+async def _run_to_end(job: JobRun) -> None:
+    async def finished() -> None:
+        while not job.finished:
+            await job.wait_change()
+
+    await asyncio.wait_for(finished(), timeout=120)
+
+
+async def test_a_tree_goes_on_without_a_lost_leaf_within_s(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """A leaf killed with no spare: its parent decodes from the other two, every round."""
+    procs = _procs_by_name(worker_processes.start(coordinator.port, 12, extra=PEERS))
+    config = _config(CODEDREDUCE, 12, 12, round_timeout=60)
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: len(job.records) >= 3, timeout=90)
+    leaf = 7
+    procs[job.places.holders[leaf].name].send_signal(signal.SIGKILL)
+    await _run_to_end(job)
+    _assert_gd(job, config)
+    assert leaf in job.places.lost
+    assert all(leaf not in r.workers_used for r in job.records[6:])
+
+
+async def test_a_job_without_peer_services_is_refused_naming_the_flag(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    worker_processes.start(coordinator.port, 2)
+    job = await _run(coordinator, _config(Component("ring-allreduce"), 2, 3))
+    assert job.state == "failed" and "--peer-listen" in job.error
+
+
+async def test_a_push_without_the_jobs_credential_is_refused_before_it_is_read() -> None:
+    received: list[pb.PeerData] = []
+
+    def receive(message: pb.PeerData, data: memoryview | None) -> None:
+        received.append(message)
+
+    server = PeerServer(receive, lambda: ("the-right-one",), Security())
+    port = await server.start("127.0.0.1:0")
+    try:
+        big = np.zeros(1 << 20)  # 8 MB the server must not read
+        frames = list(peer_frames("j", 0, 0, 1, "reduce", "gradient", big, 1 << 22))
+        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            push = channel.stream_unary(PUSH_METHOD, response_deserializer=pb.PeerAck.FromString)
+            for credential in ("wrong", ""):
+
+                async def requests() -> Any:
+                    for frame in frames:
+                        yield frame
+
+                metadata = (("authorization", f"Bearer {credential}"),)
+                with pytest.raises(aio.AioRpcError) as refused:
+                    await push(requests(), metadata=metadata)
+                # The server answers UNAUTHENTICATED at once; a client still writing its
+                # 8 MB may see the write fail first (gRPC then says INTERNAL).
+                assert refused.value.code() in (
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    grpc.StatusCode.INTERNAL,
+                )
+            assert server.refused == 2 and not received
+            ack = await push(
+                iter(frames[:1]), metadata=(("authorization", "Bearer the-right-one"),)
+            )
+            assert ack.received == 1 and len(received) == 1
+    finally:
+        await server.stop()
