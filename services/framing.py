@@ -43,6 +43,8 @@ _LEN = 2  # wire type of length-delimited fields (strings, bytes, messages)
 # numpy's own buffers are 16-byte aligned, and so are Python bytes objects' contents:
 # tensor bytes at a multiple of 16 in a received frame make arrays like numpy's.
 ALIGN = 16
+# Frames shorter than this whose first field leads to no tensor are parsed whole.
+FAST_PATH_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -204,8 +206,11 @@ def parse(cls: type[M], buffer: bytes, paths: Sequence[Path]) -> Frame[M]:
 def _parse(cls: type[M], buffer: bytes, trie: _Trie) -> Frame[M]:
     view = memoryview(buffer)
     try:
-        # Fast path: a frame whose first field is on no path (hello, ack, cancel, ...).
-        if not view or _first_field(view) not in trie:
+        # Fast path: a small frame whose first field is on no path (hello, ack, cancel,
+        # ...). A large one is walked whatever comes first: a message whose path field
+        # is not its first (PeerData: job, round, ... then the tensor) still hands its
+        # bytes over without a copy.
+        if not view or (len(view) < FAST_PATH_BYTES and _first_field(view) not in trie):
             return Frame(cls.FromString(buffer), None, len(buffer))
         pieces, data = _strip(view, 0, len(view), trie)
         return Frame(cls.FromString(b"".join(pieces)), data, len(buffer))

@@ -178,3 +178,17 @@ def test_buffer_pool_reuses_only_buffers_no_one_holds() -> None:
     held = [pool.take(64), pool.take(64), pool.take(64)]  # over the limit: not kept
     assert len({id(h) for h in held}) == 3 and len(pool) == 2
     assert pool.take(32).nbytes == 32  # another size is never handed a wrong buffer
+
+
+def test_a_large_frame_whose_tensor_comes_last_is_read_in_place() -> None:
+    """PeerData starts with its job and round, its tensor comes last: a large frame is
+    still walked, and the tensor's bytes come out as a view, not inside the message."""
+    from codedgd.services.wire import PEER_TENSOR_PATHS
+    from codedgd.services.worker.topology import peer_frames
+
+    values = np.arange(1000.0)
+    (raw,) = list(peer_frames("j", 3, 1, 2, "reduce", "gradient", values, 1 << 20))
+    got = parse(pb.PeerData, raw, PEER_TENSOR_PATHS)
+    assert got.data is not None and np.array_equal(np.frombuffer(got.data), values)
+    assert (got.message.round, got.message.attempt, got.message.sender) == (3, 1, 2)
+    assert not got.message.tensor.data and got.message.tensor.shape == [1000]

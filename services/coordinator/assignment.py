@@ -162,6 +162,7 @@ def topology_message(
         assert tree is not None and code is not None
         parent, children = tree.parent(index), tree.children(index)
         message.parent = parent
+        message.level = tree.level(index)
         message.children.extend(children)
         message.s = tree.s
         message.tol = topology.tol

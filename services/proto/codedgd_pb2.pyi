@@ -89,7 +89,7 @@ class Assignment(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., worker_index: _Optional[int] = ..., n_workers: _Optional[int] = ..., job_json: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., coefficients: _Optional[_Union[TensorChunk, _Mapping]] = ..., chunks: _Optional[int] = ..., dim: _Optional[int] = ..., inline_data: _Optional[bool] = ..., options: _Optional[_Mapping[str, str]] = ..., n_partitions: _Optional[int] = ..., replacement: _Optional[bool] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ...) -> None: ...
 
 class Topology(_message.Message):
-    __slots__ = ("kind", "peers", "parent", "children", "s", "tol", "code", "credential")
+    __slots__ = ("kind", "peers", "parent", "children", "s", "tol", "code", "credential", "level")
     KIND_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class Topology(_message.Message):
     TOL_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
     kind: str
     peers: _containers.RepeatedCompositeFieldContainer[PeerAddress]
     parent: int
@@ -106,7 +107,8 @@ class Topology(_message.Message):
     tol: float
     code: TensorChunk
     credential: str
-    def __init__(self, kind: _Optional[str] = ..., peers: _Optional[_Iterable[_Union[PeerAddress, _Mapping]]] = ..., parent: _Optional[int] = ..., children: _Optional[_Iterable[int]] = ..., s: _Optional[int] = ..., tol: _Optional[float] = ..., code: _Optional[_Union[TensorChunk, _Mapping]] = ..., credential: _Optional[str] = ...) -> None: ...
+    level: int
+    def __init__(self, kind: _Optional[str] = ..., peers: _Optional[_Iterable[_Union[PeerAddress, _Mapping]]] = ..., parent: _Optional[int] = ..., children: _Optional[_Iterable[int]] = ..., s: _Optional[int] = ..., tol: _Optional[float] = ..., code: _Optional[_Union[TensorChunk, _Mapping]] = ..., credential: _Optional[str] = ..., level: _Optional[int] = ...) -> None: ...
 
 class PeerAddress(_message.Message):
     __slots__ = ("index", "address")

@@ -67,6 +67,33 @@ class _AgentCollector(Collector):
             "1 while the stream to the coordinator is open.",
             value=1.0 if a.connected else 0.0,
         )
+        families = {
+            "bytes_sent": CounterMetricFamily(
+                "codedgd_worker_peer_bytes_sent",
+                "Bytes this worker pushed to its peers (ring and tree jobs), by its role.",
+                labels=["role"],
+            ),
+            "bytes_received": CounterMetricFamily(
+                "codedgd_worker_peer_bytes_received",
+                "Tensor bytes this worker received from its peers, by its role.",
+                labels=["role"],
+            ),
+            "wait_seconds": CounterMetricFamily(
+                "codedgd_worker_peer_wait_seconds",
+                "Seconds blocked on peers' data with its own part ready, by its role "
+                "(a tree's role names its level).",
+                labels=["role"],
+            ),
+            "children_cancelled": CounterMetricFamily(
+                "codedgd_worker_children_cancelled",
+                "Children a tree node told to stop: slower than the set it decoded.",
+                labels=["role"],
+            ),
+        }
+        for role, totals in sorted(stats.peers.items()):
+            for key, family in families.items():
+                family.add_metric([role], float(getattr(totals, key)))
+        yield from families.values()
         index = a.rounds.worker_index
         yield GaugeMetricFamily(
             "codedgd_worker_index",

@@ -89,6 +89,9 @@ class RingRounds:
             if (message.round, message.attempt) == self._running:
                 self.stop()
             return
+        self.ctx.totals.bytes_received += (
+            len(data) if data is not None else len(message.tensor.data)
+        )
         self.mailbox.put(message, data)
 
     def cancel(self, round_: int) -> None:
@@ -117,7 +120,9 @@ class RingRounds:
                 ctx.push(
                     self.next, round_, attempt, "theta", "theta", theta[lo:hi], step=step, segment=q
                 )
-                got = await self.mailbox.get((round_, attempt, "theta", step), self.previous)
+                got = await ctx.waited(
+                    self.mailbox.get((round_, attempt, "theta", step), self.previous)
+                )
                 lo, hi = self.bounds[gather_segment(self.previous, step, n)]
                 theta[lo:hi] = got.array
             result = await ctx.compute(round_, theta, cancel)
@@ -129,7 +134,9 @@ class RingRounds:
                 ctx.push(
                     self.next, round_, attempt, "reduce", "gradient", partial, step=step, segment=q
                 )
-                got = await self.mailbox.get((round_, attempt, "reduce", step), self.previous)
+                got = await ctx.waited(
+                    self.mailbox.get((round_, attempt, "reduce", step), self.previous)
+                )
                 received = scatter_segment(self.previous, step, n)
                 partial = got.array + own[slice(*self.bounds[received])]
             held = reduced_segment(i, n)

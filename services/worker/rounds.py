@@ -180,6 +180,7 @@ class Rounds:
             links=self.links(addresses, topology.credential, failed),
             send=self._send,
             chunk_bytes=self.chunk_bytes,
+            role="ring" if topology.kind == "ring" else f"tree level {topology.level}",
         )
 
         def error(round_: int, message: str) -> None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -24,10 +26,11 @@ from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.stragglers.base import StragglerModel
 from codedgd.services.wire import PEER_DATA, Assembler, chunks, framed
 from codedgd.services.worker.peers import PeerLinks
-from codedgd.services.worker.uploads import Outgoing, Upload, WorkerStats
+from codedgd.services.worker.uploads import Outgoing, PeerTotals, Upload, WorkerStats
 
 log = logging.getLogger("codedgd.worker")
 
+T = TypeVar("T")
 Key = tuple[int, int, str, int]  # round, attempt, stage, step
 # A round that failed here: (round, what happened), reported to the coordinator.
 RoundError = Callable[[int, str], None]
@@ -47,6 +50,23 @@ class TopologyContext:
     links: PeerLinks
     send: Callable[[Outgoing], None]  # to the coordinator
     chunk_bytes: int
+    role: str = "ring"  # names this worker's peer totals ("ring", "tree level 2", ...)
+
+    @property
+    def totals(self) -> PeerTotals:
+        return self.stats.role(self.role)
+
+    def _send_peer(self, peer: int, frames: list[bytes]) -> None:
+        self.totals.bytes_sent += sum(len(f) for f in frames)
+        self.links.send(peer, frames)
+
+    async def waited(self, awaitable: Awaitable[T]) -> T:
+        """Await peers' data, counting the time blocked on it."""
+        start = time.perf_counter()
+        try:
+            return await awaitable
+        finally:
+            self.totals.wait_seconds += time.perf_counter() - start
 
     async def compute(self, round_: int, theta: np.ndarray, cancel: CancelFlag) -> ComputeResult:
         """This worker's own message at θ (in a thread), then its straggler delay."""
@@ -120,7 +140,7 @@ class TopologyContext:
                 contributors=contributors,
             )
         )
-        self.links.send(peer, frames)
+        self._send_peer(peer, frames)
 
     def push_chunk(
         self,
@@ -142,14 +162,14 @@ class TopologyContext:
         out.key, out.index, out.count, out.dtype = chunk.key, chunk.index, chunk.count, chunk.dtype
         out.shape.extend(chunk.shape)
         payload = data if data is not None else chunk.data
-        self.links.send(peer, [framed(message, PEER_DATA, payload)])
+        self._send_peer(peer, [framed(message, PEER_DATA, payload)])
 
     def stop(self, peer: int, round_: int, attempt: int) -> None:
         """Tell ``peer`` the round is over for it (stage "cancel")."""
         message = pb.PeerData(
             job_id=self.job_id, round=round_, attempt=attempt, sender=self.index, stage="cancel"
         )
-        self.links.send(peer, [message.SerializeToString()])
+        self._send_peer(peer, [message.SerializeToString()])
 
 
 def peer_frames(

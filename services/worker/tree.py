@@ -75,6 +75,9 @@ class TreeRounds:
     def receive(self, message: pb.PeerData, data: memoryview | None) -> None:
         """A push from the parent (θ, cancel) or from a child (a partial sum)."""
         key = (int(message.round), int(message.attempt))
+        if message.stage != "cancel":
+            received = len(data) if data is not None else len(message.tensor.data)
+            self.ctx.totals.bytes_received += received
         if message.stage == "theta":
             if message.sender != self.parent:
                 raise WireError(
@@ -156,6 +159,7 @@ class TreeRounds:
                 for position, child in enumerate(self.children):
                     if position not in used:  # slower than the set that counts: stop it
                         ctx.stop(child, round_, attempt)
+                        ctx.totals.children_cancelled += 1
                 up = up + z
             if self.parent == COORDINATOR:
                 ctx.upload(round_, attempt, up, result.seconds, cancel, contributors=contributors)
@@ -189,7 +193,7 @@ class TreeRounds:
         key = (round_, attempt, "reduce", 0)
         below: dict[int, tuple[int, ...]] = {}
         while True:
-            got = await self.mailbox.next(key)
+            got = await self.ctx.waited(self.mailbox.next(key))
             if position[got.sender] in decoding.arrived:
                 continue
             below[position[got.sender]] = (got.sender, *got.contributors)

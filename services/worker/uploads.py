@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +23,25 @@ class WorkerStats:
     bytes_sent_total: int = 0
     uploads_skipped: int = 0
     crashes: int = 0
+    # Worker-to-worker traffic, by the role this worker had ("ring", "tree level 2", ...).
+    peers: dict[str, PeerTotals] = field(default_factory=dict)
+
+    def role(self, name: str) -> PeerTotals:
+        """The totals of ``name``, made on first use."""
+        totals = self.peers.get(name)
+        if totals is None:
+            totals = self.peers[name] = PeerTotals()
+        return totals
+
+
+@dataclass
+class PeerTotals:
+    """A worker's exchanges with its peers in one role."""
+
+    bytes_sent: int = 0  # to peers (θ passed on, partial sums, cancels)
+    bytes_received: int = 0  # from peers
+    wait_seconds: float = 0.0  # blocked on peers' data after its own part was ready
+    children_cancelled: int = 0  # a tree node's children told to stop (slower than F)
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,16 @@ async def test_a_ring_uploads_the_reference_segments_round_after_round(n: int) -
             assert np.array_equal(_payload(upload), reference[w])  # bit for bit
     assert not cluster.errors and not cluster.failures
     assert all(cluster.stats[w].rounds_computed == 3 for w in range(n))
+    # Each worker passed 2(n-1) segments a round on, and received as many.
+    for w in range(n):
+        totals = cluster.stats[w].peers["ring"]
+        assert totals.bytes_sent > 3 * 2 * (n - 1) * 8 * (DIM // n)
+        assert totals.bytes_received == 3 * 2 * (n - 1) * 0 + sum(
+            8 * (hi - lo)
+            for t in range(3)
+            for step in range(n - 1)
+            for lo, hi in [bounds[(w - 1 - step) % n]] * 2
+        )
 
 
 async def test_a_ring_names_the_link_that_broke() -> None:
@@ -218,6 +228,7 @@ async def test_a_slow_leaf_is_left_out_of_its_parents_sum_and_told_to_stop() -> 
     assert cancels and cancels[0].round == 0  # the fault's effect fired: it was stopped
     await asyncio.sleep(0.05)
     assert cluster.stats[slow].rounds_cancelled == 1
+    assert cluster.stats[0].peers["ring"].children_cancelled == 1
     policy.begin_round(0, theta)
     done = [policy.offer(w, _payload(cluster.uploads[w][0])) for w in range(2)]
     assert done[-1]
