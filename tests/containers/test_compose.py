@@ -46,7 +46,7 @@ from tests.containers.support import (
 
 pytestmark = pytest.mark.containers
 
-WORKERS = 3
+WORKERS = 6  # the default job takes 3; ring and codedreduce (fanout 2) jobs all 6
 APP_IMAGE = "localhost/codedgd:containers-test"
 PROMETHEUS_IMAGE = "localhost/codedgd-prometheus:containers-test"
 
@@ -221,23 +221,6 @@ def test_default_job_runs_to_the_end(stack: Stack) -> None:
     assert prom.value('codedgd_stragglers_total{reason="cancelled"}')
 
 
-def test_every_dashboard_query_returns_data(stack: Stack) -> None:
-    prom = stack.prometheus
-    prom.wait_for_jobs_done(1, timeout=300)
-    # The last rounds reach Prometheus at its next scrape: poll a little before judging.
-    missing = queries_without_data(prom, stack.started - 5, time.time())
-    for _ in range(12):
-        if not missing:
-            break
-        time.sleep(2)
-        missing = queries_without_data(prom, stack.started - 5, time.time())
-    assert missing == []
-    end = time.time()
-    chart = os.environ.get("CODEDGD_CONTAINERS_CHART")
-    if chart:
-        save_chart(prom, stack.started, end, ROOT / chart)
-
-
 def _cli(stack: Stack, *args: str, token: str | None) -> subprocess.CompletedProcess[str]:
     env = clean_env(**({"CODEDGD_TOKEN": token} if token else {}))
     return subprocess.run(
@@ -255,13 +238,37 @@ def test_host_cli_submits_a_job(stack: Stack) -> None:
     refused = _cli(stack, "status", token=None)
     assert refused.returncode == 2
     assert "token" in refused.stderr
-    args = ("submit", "-n", str(WORKERS), "-r", "20", "--policy", "uncoded", "--watch")
-    done = _cli(stack, *args, token=stack.token)
-    assert done.returncode == 0, done.stderr
-    stack.prometheus.wait_for_jobs_done(2, timeout=120)
+    # Jobs whose workers push to each other over the compose network (port 50052).
+    for done_jobs, policy in enumerate(
+        (["--policy", "ring-allreduce"], ["--policy", "codedreduce", "--param", "fanout=2"]),
+        start=2,
+    ):
+        args = ("submit", "-n", str(WORKERS), "-r", "20", *policy, "--watch", "--no-progress")
+        done = _cli(stack, *args, token=stack.token)
+        assert done.returncode == 0, done.stderr
+        stack.prometheus.wait_for_jobs_done(done_jobs, timeout=120)
     status = _cli(stack, "status", token=stack.token)
-    assert status.stdout.count(": done, ") == 2  # the default job and this one
-    assert ": done, 20/20 rounds done" in status.stdout
+    assert status.stdout.count(": done, ") == 3  # the default job and these two
+    assert status.stdout.count(": done, 20/20 rounds done") == 2
+    pushed = stack.prometheus.value("sum(codedgd_worker_peer_bytes_sent_total)")
+    assert pushed is not None and pushed > 0
+
+
+def test_every_dashboard_query_returns_data(stack: Stack) -> None:
+    prom = stack.prometheus
+    prom.wait_for_jobs_done(1, timeout=300)
+    # The last rounds reach Prometheus at its next scrape: poll a little before judging.
+    missing = queries_without_data(prom, stack.started - 5, time.time())
+    for _ in range(12):
+        if not missing:
+            break
+        time.sleep(2)
+        missing = queries_without_data(prom, stack.started - 5, time.time())
+    assert missing == []
+    end = time.time()
+    chart = os.environ.get("CODEDGD_CONTAINERS_CHART")
+    if chart:
+        save_chart(prom, stack.started, end, ROOT / chart)
 
 
 def test_sigterm_stops_worker_and_coordinator_cleanly(stack: Stack) -> None:

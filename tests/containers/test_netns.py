@@ -1,7 +1,7 @@
 """The EC2 layout on one machine: every host in its own network namespace.
 
-A switch namespace holds a bridge; the coordinator (10.77.0.1), three workers
-(10.77.0.11-13) and Prometheus (10.77.0.9) each get a namespace, a veth into the bridge
+A switch namespace holds a bridge; the coordinator (10.77.0.1), six workers
+(10.77.0.11-16) and Prometheus (10.77.0.9) each get a namespace, a veth into the bridge
 and their own address; each worker's link is shaped by a tbf qdisc. The coordinator and
 workers are configured exactly as deploy/ec2 configures the containers: from
 deploy/ec2/coordinator.env and worker.env, with TLS and a token made by
@@ -42,7 +42,7 @@ EC2 = ROOT / "deploy" / "ec2"
 SUBNET = "10.77.0"
 COORDINATOR_IP = f"{SUBNET}.1"
 PROMETHEUS_IP = f"{SUBNET}.9"
-WORKER_IPS = [f"{SUBNET}.{11 + i}" for i in range(3)]
+WORKER_IPS = [f"{SUBNET}.{11 + i}" for i in range(6)]
 ROUNDS = 120
 WORKER_LINK = "200mbit"  # tbf rate of each worker's link, both directions
 
@@ -77,6 +77,7 @@ class Cluster:
     worker_ns: list[str]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
+    logs: str = ""
 
 
 def _add_host(switch: str, ns: str, port: str, address: str, rate: str | None) -> None:
@@ -142,6 +143,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         prometheus=Prometheus(f"http://{PROMETHEUS_IP}:9090", netns_http_get(f"{prefix}-prom")),
         coordinator_ns=f"{prefix}-coord",
         worker_ns=[f"{prefix}-w{i}" for i in range(len(WORKER_IPS))],
+        logs=str(tmp),
     )
     try:
         ip("netns", "add", switch)
@@ -182,6 +184,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 secrets_dir,
                 CODEDGD_COORDINATOR=f"{COORDINATOR_IP}:50051",
                 CODEDGD_NAME=f"host-w{i}",
+                CODEDGD_PEER_ADDRESS=f"{WORKER_IPS[i]}:50052",
             )
             _start(c, f"worker{i}", ns, [*cli, "worker"], clean_env(**worker_env), tmp)
 
@@ -231,7 +234,7 @@ def _stop_all(c: Cluster) -> None:
 
 def test_job_completes_across_namespaces(cluster: Cluster) -> None:
     prom = cluster.prometheus
-    prom.wait_for_targets({"codedgd-coordinator": 1, "codedgd-worker": 3}, timeout=120)
+    prom.wait_for_targets({"codedgd-coordinator": 1, "codedgd-worker": 6}, timeout=120)
     prom.wait_for_jobs_done(1, timeout=300)
     assert prom.value("sum(codedgd_rounds_total)") == ROUNDS
     assert prom.value("codedgd_workers_connected") == len(WORKER_IPS)
@@ -241,10 +244,50 @@ def test_job_completes_across_namespaces(cluster: Cluster) -> None:
         assert computed is not None and computed > 0
 
 
+def test_ring_and_codedreduce_jobs_run_over_the_workers_peer_links(
+    cluster: Cluster,
+) -> None:
+    """Submitted as an operator would, with deploy/ec2's TLS and token: the workers push
+    to each other on their peer port (50052, deploy/ec2/worker.env) across the bridge."""
+    prom = cluster.prometheus
+    prom.wait_for_jobs_done(1, timeout=300)
+    secrets = Path(cluster.logs) / "secrets"  # made by deploy/ec2/make-certs.sh
+    cli = [sys.executable, "-m", "codedgd.client.cli", "submit", "--watch", "--no-progress"]
+    auth = [
+        "--coordinator",
+        f"{COORDINATOR_IP}:50051",
+        "--tls-ca",
+        str(secrets / "ca.pem"),
+        "--tls-server-name",
+        "coordinator.codedgd.internal",
+        "--token-file",
+        str(secrets / "token"),
+    ]
+    jobs = [
+        ["-n", "6", "-r", "10", "--policy", "ring-allreduce"],
+        ["-n", "6", "-r", "10", "--policy", "codedreduce", "--param", "fanout=2"],
+    ]
+    for done, job in enumerate(jobs, start=2):
+        out = subprocess.run(
+            ["ip", "netns", "exec", cluster.coordinator_ns, *cli, *job, *auth],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=clean_env(),
+            cwd=ROOT,
+        )
+        assert out.returncode == 0, out.stderr
+        prom.wait_for_jobs_done(done, timeout=120)
+    for policy in ("ring-allreduce", "codedreduce"):
+        assert prom.value(f'sum(codedgd_rounds_total{{policy="{policy}"}})') == 10
+    pushed = prom.value("sum(codedgd_worker_peer_bytes_sent_total)")
+    assert pushed is not None and pushed > 0
+
+
 def test_prometheus_scrapes_every_host_and_dashboard_queries_answer(cluster: Cluster) -> None:
     prom = cluster.prometheus
     prom.wait_for_jobs_done(1, timeout=300)
-    prom.wait_for_targets({"codedgd-coordinator": 1, "codedgd-worker": 3}, timeout=60)
+    prom.wait_for_targets({"codedgd-coordinator": 1, "codedgd-worker": 6}, timeout=60)
     end = time.time()
     assert queries_without_data(prom, end - 600, end) == []
 

@@ -1,0 +1,283 @@
+"""Topologies on bandwidth-limited links: network namespaces shaped with tc tbf.
+
+A switch namespace with a bridge; the coordinator (10.78.0.1) and 12 workers
+(10.78.0.11-22), each in its own namespace with a veth into the bridge, every link shaped
+by a tbf qdisc in both directions (``--rate``): a NIC per host, the coordinator's like the
+workers'. The coordinator and the workers are codedgd's own processes (workers with the
+Peer service on their address). For each delay regime, five policies run one after
+another on the same processes: the star's ``uncoded``, the best flat code at s = 1
+(``cyclic``), ``ring-allreduce``, ``tree`` (fanout 3, 2 levels) and ``codedreduce``
+(fanout 3, 2 levels, s = 1); then the simulator runs the same jobs on its link model with
+the same rate (and compute calibrated on this machine), so the two can be compared.
+
+Regimes: no injected delay; i.i.d. exponential delays with mean twice a worker's
+full-data compute time (a gradient over every training row, timed on this machine as the
+simulator calibrates it); one random worker a round delayed by 2.5 times that time.
+
+Needs root (ip netns, tc). Nothing leaves the namespaces it makes; they are deleted at
+the end (also on Ctrl-C).
+
+    sudo python -m bench.bench_shaped                      # 200mbit, ℓ = 250,000 (2 MB)
+    sudo python -m bench.bench_shaped --rate 100mbit --rounds 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from codedgd.services.job import Component, JobConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBNET = "10.78.0"
+COORDINATOR_IP = f"{SUBNET}.1"
+N = 12
+WORKER_IPS = [f"{SUBNET}.{11 + i}" for i in range(N)]
+POLICIES = (
+    ("uncoded (star)", Component("uncoded")),
+    ("cyclic s=1", Component("cyclic", {"s": 1})),
+    ("ring-allreduce", Component("ring-allreduce")),
+    ("tree 3x2", Component("tree", {"fanout": 3, "levels": 2})),
+    ("codedreduce 3x2 s=1", Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1})),
+)
+
+
+def run(*args: str, check: bool = True) -> str:
+    return subprocess.run(args, check=check, capture_output=True, text=True).stdout
+
+
+def parse_rate(rate: str) -> float:
+    """tc's rate ("200mbit") in bytes per second."""
+    units = {"kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8}
+    for suffix, scale in units.items():
+        if rate.endswith(suffix):
+            return float(rate[: -len(suffix)]) * scale
+    raise SystemExit(f"--rate {rate!r}: give kbit, mbit or gbit (tc's units)")
+
+
+@dataclass
+class Hosts:
+    prefix: str
+    namespaces: list[str]
+
+    @property
+    def coordinator(self) -> str:
+        return f"{self.prefix}-c"
+
+    def worker(self, i: int) -> str:
+        return f"{self.prefix}-w{i}"
+
+
+def build(prefix: str, rate: str) -> Hosts:
+    hosts = Hosts(prefix, [])
+    switch = f"{prefix}-sw"
+    run("ip", "netns", "add", switch)
+    hosts.namespaces.append(switch)
+    run("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+    run("ip", "-n", switch, "link", "set", "br0", "up")
+    members = [(hosts.coordinator, "pc", COORDINATOR_IP)]
+    members += [(hosts.worker(i), f"pw{i}", a) for i, a in enumerate(WORKER_IPS)]
+    for ns, port, address in members:
+        run("ip", "netns", "add", ns)
+        hosts.namespaces.append(ns)
+        run("ip", "-n", switch, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+            "netns", ns)  # fmt: skip
+        run("ip", "-n", switch, "link", "set", port, "master", "br0", "up")
+        run("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+        run("ip", "-n", ns, "link", "set", "eth0", "up")
+        run("ip", "-n", ns, "link", "set", "lo", "up")
+        for where, dev in ((ns, "eth0"), (switch, port)):  # its sending, then its receiving
+            run("ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                "rate", rate, "burst", "256kb", "latency", "200ms")  # fmt: skip
+    return hosts
+
+
+def teardown(hosts: Hosts) -> None:
+    for ns in reversed(hosts.namespaces):
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def start(hosts: Hosts, logs: Path) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    cli = [sys.executable, "-m", "codedgd.client.cli"]
+    procs = []
+
+    def spawn(name: str, ns: str, argv: list[str]) -> None:
+        log = (logs / f"{name}.log").open("wb")
+        procs.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, *argv],
+                env=env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+
+    spawn(
+        "coordinator",
+        hosts.coordinator,
+        [*cli, "coordinator", "--listen", f"{COORDINATOR_IP}:50051", "--assign-timeout", "300"],
+    )
+    time.sleep(2)
+    for i, address in enumerate(WORKER_IPS):
+        spawn(
+            f"worker{i}",
+            hosts.worker(i),
+            [
+                *cli,
+                "worker",
+                "--coordinator",
+                f"{COORDINATOR_IP}:50051",
+                "--name",
+                f"w{i}",
+                "--peer-listen",
+                f"{address}:50052",
+            ],
+        )
+    return procs
+
+
+def job(policy: Component, stragglers: Component, args: argparse.Namespace) -> JobConfig:
+    return JobConfig(
+        workers=N,
+        rounds=args.rounds + args.warmup,
+        seed=4,
+        eval_every=10**6,
+        data=Component(
+            "synthetic",
+            {"rows": args.rows, "dim": args.dim, "density": args.density, "test_fraction": 0.5},
+        ),
+        model=Component("logistic", {"l2": 0.0}),
+        optimizer={"lr": 1e-3},
+        policy=policy,
+        stragglers=stragglers,
+        round_timeout=600,
+    )
+
+
+# Run in the coordinator's namespace: submit a job (JSON), follow it, keep its round times.
+SUBMIT = r"""
+import asyncio, json, sys
+from codedgd.client import Client, JobConfig
+async def follow():
+    config = JobConfig.from_json(open(sys.argv[2]).read())
+    async with Client(sys.argv[1]) as client:
+        job_id = await client.submit(config)
+        seconds = [r.round_seconds async for r in client.watch(job_id)]
+    json.dump(seconds, open(sys.argv[3], "w"))
+asyncio.run(follow())
+"""
+
+
+def real(hosts: Hosts, config: JobConfig, work: Path, warmup: int) -> float:
+    """Mean round seconds of ``config`` on the namespaces (after ``warmup`` rounds)."""
+    doc, out = work / "job.json", work / "rounds.json"
+    doc.write_text(config.to_json())
+    done = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            hosts.coordinator,
+            sys.executable,
+            "-c",
+            SUBMIT,
+            f"{COORDINATOR_IP}:50051",
+            str(doc),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{config.policy.name}: {done.stderr.strip()[-2000:]}")
+    return statistics.mean(json.loads(out.read_text())[warmup:])
+
+
+def simulated(config: JobConfig, rate: float, latency: float, warmup: int) -> float:
+    from codedgd.services.sim import CostModel, simulate
+
+    cost = CostModel(
+        latency_seconds=latency,
+        bandwidth_bytes_per_second=rate,
+        ingress_bandwidth_bytes_per_second=rate,
+        egress_bandwidth_bytes_per_second=rate,
+    )
+    result = simulate(config, cost)
+    return statistics.mean(r.round_seconds for r in result.records[warmup:])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--rate", default="200mbit", help="tbf rate of every host's link")
+    p.add_argument("--dim", type=int, default=250_000, help="ℓ (a gradient is 8ℓ bytes)")
+    p.add_argument("--rows", type=int, default=24_000, help="synthetic rows (half train)")
+    p.add_argument("--density", type=float, default=0.001)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--latency", type=float, default=1e-4, help="the simulator's per message")
+    a = p.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench_shaped needs root (ip netns, tc)")
+    from codedgd.services.sim import Simulator
+
+    # A worker's full-data gradient on this machine, as the simulator calibrates it.
+    calibration = Simulator(job(POLICIES[0][1], Component("none"), a)).calibration
+    assert calibration is not None
+    compute = calibration.full_seconds
+    regimes = (
+        ("no delay", Component("none")),
+        (f"Exp delays, mean {2 * compute:.3g} s", Component("exponential", {"mean": 2 * compute})),
+        (
+            f"1 worker/round +{2.5 * compute:.3g} s",
+            Component("fixed", {"count": 1, "delay": 2.5 * compute}),
+        ),
+    )
+    prefix = f"cdgb{os.getpid() % 10000}"
+    rate = parse_rate(a.rate)
+    work = Path(tempfile.mkdtemp(prefix="bench-shaped-"))
+    hosts = build(prefix, a.rate)
+    procs: list[subprocess.Popen[bytes]] = []
+    started = time.time()
+    try:
+        procs = start(hosts, work)
+        time.sleep(5)
+        print(
+            f"n = {N}, ℓ = {a.dim:,} ({8 * a.dim / 1e6:.1f} MB), every link {a.rate}, a "
+            f"full-data gradient {compute * 1e3:.0f} ms; mean round seconds, real / simulated\n"
+        )
+        print("| regime | " + " | ".join(name for name, _ in POLICIES) + " |")
+        print("|---|" + "---:|" * len(POLICIES))
+        for regime, stragglers in regimes:
+            cells = []
+            for _, policy in POLICIES:
+                config = job(policy, stragglers, a)
+                measured = real(hosts, config, work, a.warmup)
+                model = simulated(config, rate, a.latency, a.warmup)
+                cells.append(f"{measured:.3f} / {model:.3f}")
+            print(f"| {regime} | " + " | ".join(cells) + " |", flush=True)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        teardown(hosts)
+    took = time.time() - started
+    print(f"\n({took:.0f} s; logs in {work}; python -m bench.bench_shaped, {time.strftime('%F')})")
+
+
+if __name__ == "__main__":
+    main()
