@@ -10,9 +10,10 @@ another on the same processes: the star's ``uncoded``, the best flat code at s =
 (fanout 3, 2 levels, s = 1); then the simulator runs the same jobs on its link model with
 the same rate (and compute calibrated on this machine), so the two can be compared.
 
-Regimes: no injected delay; i.i.d. exponential delays with mean twice a worker's
-full-data compute time (a gradient over every training row, timed on this machine as the
-simulator calibrates it); one random worker a round delayed by 2.5 times that time.
+Regimes: no injected delay; i.i.d. exponential delays of mean ``--delay`` (at least twice
+a worker's full-data compute time, a gradient over every training row timed on this
+machine as the simulator calibrates it); one random worker a round delayed by three times
+``--delay`` (so at least 2.5 times that compute time).
 
 Needs root (ip netns, tc). Nothing leaves the namespaces it makes; they are deleted at
 the end (also on Ctrl-C).
@@ -226,6 +227,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--latency", type=float, default=1e-4, help="the simulator's per message")
+    p.add_argument(
+        "--delay",
+        type=float,
+        default=0.5,
+        help="seconds: the exponential regime's mean, and a third of the slow worker's delay "
+        "(default 0.5: comparable to the star's round on these links)",
+    )
     a = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_shaped needs root (ip netns, tc)")
@@ -235,12 +243,13 @@ def main() -> None:
     calibration = Simulator(job(POLICIES[0][1], Component("none"), a)).calibration
     assert calibration is not None
     compute = calibration.full_seconds
+    delay = max(a.delay, 2 * compute)  # at least twice the compute, as the regimes ask
     regimes = (
         ("no delay", Component("none")),
-        (f"Exp delays, mean {2 * compute:.3g} s", Component("exponential", {"mean": 2 * compute})),
+        (f"Exp delays, mean {delay:.3g} s", Component("exponential", {"mean": delay})),
         (
-            f"1 worker/round +{2.5 * compute:.3g} s",
-            Component("fixed", {"count": 1, "delay": 2.5 * compute}),
+            f"1 worker/round +{3 * delay:.3g} s",
+            Component("fixed", {"count": 1, "delay": 3 * delay}),
         ),
     )
     prefix = f"cdgb{os.getpid() % 10000}"
