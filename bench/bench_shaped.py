@@ -205,7 +205,7 @@ def real(hosts: Hosts, config: JobConfig, work: Path, warmup: int) -> float:
     return statistics.mean(json.loads(out.read_text())[warmup:])
 
 
-def simulated(config: JobConfig, rate: float, latency: float, warmup: int) -> float:
+def simulated(config: JobConfig, rate: float, latency: float, warmup: int, sharing: str) -> float:
     from codedgd.services.sim import CostModel, simulate
 
     cost = CostModel(
@@ -213,6 +213,7 @@ def simulated(config: JobConfig, rate: float, latency: float, warmup: int) -> fl
         bandwidth_bytes_per_second=rate,
         ingress_bandwidth_bytes_per_second=rate,
         egress_bandwidth_bytes_per_second=rate,
+        sharing=sharing,
     )
     result = simulate(config, cost)
     return statistics.mean(r.round_seconds for r in result.records[warmup:])
@@ -263,7 +264,8 @@ def main() -> None:
         time.sleep(5)
         print(
             f"n = {N}, ℓ = {a.dim:,} ({8 * a.dim / 1e6:.1f} MB), every link {a.rate}, a "
-            f"full-data gradient {compute * 1e3:.0f} ms; mean round seconds, real / simulated\n"
+            f"full-data gradient {compute * 1e3:.0f} ms; mean round seconds: real / simulated "
+            "with first-in-first-out links / simulated with fair sharing\n"
         )
         print("| regime | " + " | ".join(name for name, _ in POLICIES) + " |")
         print("|---|" + "---:|" * len(POLICIES))
@@ -272,8 +274,9 @@ def main() -> None:
             for _, policy in POLICIES:
                 config = job(policy, stragglers, a)
                 measured = real(hosts, config, work, a.warmup)
-                model = simulated(config, rate, a.latency, a.warmup)
-                cells.append(f"{measured:.3f} / {model:.3f}")
+                fifo = simulated(config, rate, a.latency, a.warmup, "fifo")
+                fair = simulated(config, rate, a.latency, a.warmup, "fair")
+                cells.append(f"{measured:.3f} / {fifo:.3f} / {fair:.3f}")
             print(f"| {regime} | " + " | ".join(cells) + " |", flush=True)
     finally:
         for proc in procs:

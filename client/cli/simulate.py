@@ -101,6 +101,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "one after another (default unlimited)",
     )
     c.add_argument(
+        "--sharing",
+        choices=["fifo", "fair"],
+        default="fifo",
+        help="how messages share a node's link: one after another (fifo, the default) or "
+        "all in flight at once, as TCP flows do (fair)",
+    )
+    c.add_argument(
         "--decode-seconds",
         type=float,
         help="decode time per round, seconds (default: the measured time of the policy's decode)",
@@ -156,6 +163,7 @@ def cost_from_args(args: argparse.Namespace) -> Any:
         egress_bandwidth_bytes_per_second=args.egress_bandwidth,
         decode_seconds=args.decode_seconds,
         round_overhead_seconds=args.round_overhead,
+        sharing=args.sharing,
     )
 
 

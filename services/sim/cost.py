@@ -22,6 +22,13 @@ A worker w contacted in round t responds at (virtual seconds after the round sta
 The round is decodable at the arrival that makes ``policy.offer`` return True; it ends
 ``decode`` seconds later (measured wall time of ``policy.decode`` or a constant) plus
 ``round_overhead`` (serialization and the optimizer step of the coordinator).
+
+How messages share a link (``sharing``): ``"fifo"`` (the default) sends them one after
+another, so the first of n copies of θ_t arrives after one message's time; ``"fair"``
+shares the link among the messages in flight, as TCP flows on one link do (a fluid
+processor-sharing queue, :func:`fair_finish`), so n copies sent together all arrive near
+the end. Real links lie between the two (docs/topologies.md compares them with shaped
+namespaces).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from codedgd.services.errors import ConfigError
 from codedgd.services.models.base import Model
 
 COMPUTE_MODES = ("model", "measured", "none")
+SHARING = ("fifo", "fair")
 
 
 @dataclass(frozen=True)
@@ -59,8 +67,13 @@ class CostModel:
     egress_bandwidth_bytes_per_second: float | None = None
     decode_seconds: float | None = None
     round_overhead_seconds: float = 0.0
+    sharing: str = "fifo"
 
     def __post_init__(self) -> None:
+        if self.sharing not in SHARING:
+            raise ConfigError(
+                f"cost model: sharing must be one of {', '.join(SHARING)}, got {self.sharing!r}"
+            )
         if self.compute not in COMPUTE_MODES:
             raise ConfigError(
                 f"cost model: compute must be one of {', '.join(COMPUTE_MODES)}, "
@@ -106,9 +119,16 @@ class CostModel:
 def downlink_times(cost: CostModel, nbytes: int, n_contacted: int) -> np.ndarray:
     """When each contacted worker (in send order) holds θ_t, seconds after the round start."""
     own = np.full(n_contacted, cost.link_seconds(nbytes))
-    if cost.egress_bandwidth_bytes_per_second is None:
+    egress = cost.egress_bandwidth_bytes_per_second
+    if egress is None:
         return own
-    queued = np.arange(1, n_contacted + 1) * (nbytes / cost.egress_bandwidth_bytes_per_second)
+    if cost.sharing == "fair":
+        starts = np.zeros(n_contacted)
+        sizes = np.full(n_contacted, float(nbytes))
+        done = fair_finish(starts, sizes, egress, cost.bandwidth_bytes_per_second)
+        held: np.ndarray = np.maximum(own, done + cost.latency_seconds)
+        return held
+    queued = np.arange(1, n_contacted + 1) * (nbytes / egress)
     out: np.ndarray = np.maximum(own, queued + cost.latency_seconds)
     return out
 
@@ -124,6 +144,11 @@ def uplink_arrivals(cost: CostModel, ready: np.ndarray, nbytes: Sequence[int]) -
     ingress = cost.ingress_bandwidth_bytes_per_second
     if ingress is None:
         return own
+    if cost.sharing == "fair":
+        starts = np.asarray(ready, dtype=np.float64) + cost.latency_seconds
+        shared = fair_finish(starts, sizes, ingress, cost.bandwidth_bytes_per_second)
+        arrivals: np.ndarray = np.maximum(shared, own)
+        return arrivals
     out = np.empty_like(own)
     free = -math.inf
     for i in np.argsort(ready, kind="stable"):
@@ -131,6 +156,43 @@ def uplink_arrivals(cost: CostModel, ready: np.ndarray, nbytes: Sequence[int]) -
         free = start + float(sizes[i]) / ingress
         out[i] = max(free, float(own[i]))
     return out
+
+
+def fair_finish(
+    starts: np.ndarray, sizes: np.ndarray, rate: float, cap: float = math.inf
+) -> np.ndarray:
+    """When each flow ends on a link of ``rate`` bytes/s shared equally by the flows in
+    flight (fluid processor sharing), each at most ``cap`` bytes/s (its other end's link).
+
+    Flow i starts at ``starts[i]`` with ``sizes[i]`` bytes.
+    """
+    n = len(starts)
+    end = np.full(n, math.inf)
+    if not math.isfinite(rate) and not math.isfinite(cap):
+        return np.asarray(starts, dtype=np.float64).copy()
+    order = sorted(range(n), key=lambda i: (float(starts[i]), i))
+    left = {i: float(sizes[i]) for i in range(n)}
+    active: list[int] = []
+    now = -math.inf
+    k = 0  # next flow to start, in order
+    while k < n or active:
+        if not active:
+            now = max(now, float(starts[order[k]]))
+        while k < n and float(starts[order[k]]) <= now:
+            active.append(order[k])
+            k += 1
+        each = min(rate / len(active), cap)
+        finishing = min(active, key=lambda i: (left[i], i))
+        done_at = now + left[finishing] / each
+        arriving = float(starts[order[k]]) if k < n else math.inf
+        step_to = min(done_at, arriving)
+        for i in active:
+            left[i] -= each * (step_to - now)
+        now = step_to
+        for i in [i for i in active if left[i] <= 1e-9 * max(float(sizes[i]), 1.0)]:
+            end[i] = now
+            active.remove(i)
+    return end
 
 
 def join_seconds(cost: CostModel, assignment_bytes: int) -> float:

@@ -18,7 +18,10 @@ as the real round loop offers it.
 
 Transfers are store-and-forward per message (a tree node forwards θ once it holds all of
 it; the real workers forward chunk by chunk, which only matters for θ larger than a
-chunk). Crashes (straggler model ``crash``) are not modelled on these topologies.
+chunk). Messages leaving or reaching one node go one after another (``CostModel.sharing
+= "fifo"``) or share its link while in flight (``"fair"``, as TCP flows do; children a
+tree node cancels are counted as if they had kept sending). Crashes (straggler model
+``crash``) are not modelled on these topologies.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from codedgd.services.compute.ring import (
 )
 from codedgd.services.errors import DecodeError, JobFailed
 from codedgd.services.policies.base import Estimate, Plan, Policy
-from codedgd.services.sim.cost import CostModel
+from codedgd.services.sim.cost import CostModel, fair_finish
 
 FLOAT_BYTES = 8
 COORDINATOR = -1
@@ -76,6 +79,48 @@ class Links:
         self._send[src] = start + _seconds(nbytes, out_rate)
         self._recv[dst] = start + _seconds(nbytes, in_rate)
         return start + _seconds(nbytes, min(out_rate, in_rate)) + self.cost.latency_seconds
+
+    def fan_out(self, src: int, transfers: Sequence[tuple[int, int, float]]) -> list[float]:
+        """``src`` sends each (dst, bytes, ready): the arrival times, in that order.
+
+        ``fifo``: one after another; ``fair``: the messages share ``src``'s sending side
+        while in flight (each no faster than its receiver), as TCP flows do.
+        """
+        if self.cost.sharing == "fifo":
+            return [self.transfer(src, dst, nbytes, ready) for dst, nbytes, ready in transfers]
+        busy = self._send.get(src, -math.inf)
+        starts = np.array([max(ready, busy) for _, _, ready in transfers])
+        sizes = np.array([float(nbytes) for _, nbytes, _ in transfers])
+        cap = min((self._rate(dst, False) for dst, _, _ in transfers), default=math.inf)
+        done = fair_finish(starts, sizes, self._rate(src, True), cap)
+        for (dst, _, _), end in zip(transfers, done, strict=True):
+            self._recv[dst] = max(self._recv.get(dst, -math.inf), float(end))
+        if len(done):
+            self._send[src] = float(np.max(done))
+        return [float(end) + self.cost.latency_seconds for end in done]
+
+    def fan_in(self, dst: int, transfers: Sequence[tuple[int, int, float]]) -> list[float]:
+        """Each (src, bytes, ready) sends to ``dst``: the arrival times, in that order
+        (``fair``: they share ``dst``'s receiving side while in flight)."""
+        if self.cost.sharing == "fifo":
+            ordered = sorted(range(len(transfers)), key=lambda i: (transfers[i][2], i))
+            out = [0.0] * len(transfers)
+            for i in ordered:
+                src, nbytes, ready = transfers[i]
+                out[i] = self.transfer(src, dst, nbytes, ready)
+            return out
+        busy = self._recv.get(dst, -math.inf)
+        starts = np.array(
+            [max(ready, busy, self._send.get(src, -math.inf)) for src, _, ready in transfers]
+        )
+        sizes = np.array([float(nbytes) for _, nbytes, _ in transfers])
+        cap = min((self._rate(src, True) for src, _, _ in transfers), default=math.inf)
+        done = fair_finish(starts, sizes, self._rate(dst, False), cap)
+        for (src, _, _), end in zip(transfers, done, strict=True):
+            self._send[src] = max(self._send.get(src, -math.inf), float(end))
+        if len(done):
+            self._recv[dst] = float(np.max(done))
+        return [float(end) + self.cost.latency_seconds for end in done]
 
 
 def _seconds(nbytes: int, rate: float) -> float:
@@ -122,8 +167,9 @@ def ring_round(
     links = Links(cost)
     policy.begin_round(t, point)
     have: list[dict[int, float]] = [{} for _ in range(n)]
+    scatter = links.fan_out(COORDINATOR, [(q, seg_bytes[q], 0.0) for q in range(n)])
     for q in range(n):  # the coordinator sends worker q segment q of θ_t
-        have[q][q] = links.transfer(COORDINATOR, q, seg_bytes[q], 0.0)
+        have[q][q] = scatter[q]
     for step in range(n - 1):  # all-gather
         for w in range(n):
             q = gather_segment(w, step, n)
@@ -154,10 +200,10 @@ def ring_round(
             received[(w + 1) % n] = arrivals[w]
     done = [max(ready[w], received[w]) for w in range(n)]
     uploads = reduced_segments([message(w) for w in range(n)])
-    arrive = {
-        w: links.transfer(w, COORDINATOR, seg_bytes[reduced_segment(w, n)], done[w])
-        for w in range(n)
-    }
+    landed = links.fan_in(
+        COORDINATOR, [(w, seg_bytes[reduced_segment(w, n)], done[w]) for w in range(n)]
+    )
+    arrive = dict(enumerate(landed))
     for w in sorted(arrive, key=lambda w: (arrive[w], w)):
         out.responses[w] = arrive[w]
         out.wait = arrive[w]
@@ -187,9 +233,12 @@ def tree_round(
     theta_at: dict[int, float] = {}
 
     def down(node: int, at: float) -> None:
-        for child in tree.children(node):
-            theta_at[child] = links.transfer(node, child, theta_bytes, at)
-        for child in tree.children(node):
+        kids = tree.children(node)
+        for child, landed in zip(
+            kids, links.fan_out(node, [(c, theta_bytes, at) for c in kids]), strict=True
+        ):
+            theta_at[child] = landed
+        for child in kids:
             down(child, theta_at[child])
 
     down(COORDINATOR, 0.0)
@@ -225,8 +274,8 @@ def tree_round(
             sent[w] = max(own_ready[w], decided)
             partial[w] = message(w) + z
     level1 = tree.children(COORDINATOR)
-    asked = sorted(level1, key=lambda w: (sent[w], w))
-    arrive = {w: links.transfer(w, COORDINATOR, theta_bytes, sent[w]) for w in asked}
+    landed = links.fan_in(COORDINATOR, [(w, theta_bytes, sent[w]) for w in level1])
+    arrive = dict(zip(level1, landed, strict=True))
     for w in sorted(arrive, key=lambda w: (arrive[w], w)):
         out.responses[w] = arrive[w]
         out.wait = arrive[w]
@@ -256,10 +305,8 @@ def _decode_children(
     leave; it decodes them with :class:`CyclicRound`, as a worker does. A group that
     cannot decode (more than s of it lost, or every set above tol) fails the round.
     """
-    leaving = sorted(kids, key=lambda c: (sent[c], c))
-    arrive = {
-        c: links.transfer(c, node, FLOAT_BYTES * partial[c].shape[0], sent[c]) for c in leaving
-    }
+    landed = links.fan_in(node, [(c, FLOAT_BYTES * partial[c].shape[0], sent[c]) for c in kids])
+    arrive = dict(zip(kids, landed, strict=True))
     decoding = CyclicRound(code, tol)
     decoding.reset(int(partial[kids[0]].shape[0]))
     position = {c: i for i, c in enumerate(kids)}

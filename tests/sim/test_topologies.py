@@ -145,3 +145,37 @@ def test_crashes_are_not_modelled_on_topologies_and_say_so() -> None:
     )
     with pytest.raises(ConfigError, match="does not model crashes"):
         simulate(config, CostModel.ideal())
+
+
+def test_fair_sharing_is_a_fluid_processor_sharing_queue() -> None:
+    from codedgd.services.sim.cost import fair_finish
+
+    np.testing.assert_allclose(fair_finish(np.zeros(4), np.full(4, 10.0), 10.0), [4.0] * 4)
+    # A flow alone at first, then sharing: 5 bytes alone, then 5 + 5 at half speed each.
+    np.testing.assert_allclose(
+        fair_finish(np.array([0.0, 0.5]), np.full(2, 10.0), 10.0), [1.5, 2.0]
+    )
+    # No faster than its other end.
+    np.testing.assert_allclose(
+        fair_finish(np.zeros(3), np.full(3, 10.0), 100.0, cap=10.0), [1.0] * 3
+    )
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_with_fair_sharing_the_star_waits_for_all_of_theta_then_all_uploads(n: int) -> None:
+    """TCP-like sharing: the n copies of θ all arrive at n·S/β, the n results then share
+    the coordinator's receiving side and all land at 2n·S/β; the ring is unchanged (its
+    scatter and upload finish at S/β either way, and every other hop is one flow)."""
+    beta, S = 1e5, 8 * 40
+    links = {
+        "latency_seconds": 0.0,
+        "bandwidth_bytes_per_second": beta,
+        "ingress_bandwidth_bytes_per_second": beta,
+        "egress_bandwidth_bytes_per_second": beta,
+        "sharing": "fair",
+    }
+    star = simulate(_config(n, Component("uncoded"), rounds=2), _no_compute(**links))
+    ring = simulate(_config(n, Component("ring-allreduce"), rounds=2), _no_compute(**links))
+    assert star.records[-1].round_seconds == pytest.approx(2 * n * S / beta, rel=1e-9)
+    expected_ring = (2 + 2 * (n - 1) / n) * S / beta
+    assert ring.records[-1].round_seconds == pytest.approx(expected_ring, rel=1e-9)
