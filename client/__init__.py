@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from codedgd.client.local import LocalRun, run_local
     from codedgd.services.errors import CodedGDError, ConfigError, JobFailed
     from codedgd.services.job import Component, JobConfig
+    from codedgd.services.models.saved import SavedModel, load_model, save_model
     from codedgd.services.records import RoundRecord, read_results
     from codedgd.services.sim import CostModel, Simulator
 
@@ -40,6 +41,9 @@ _EXPORTS = {
     "Component": "codedgd.services.job",
     "JobConfig": "codedgd.services.job",
     "RoundRecord": "codedgd.services.records",
+    "SavedModel": "codedgd.services.models.saved",
+    "load_model": "codedgd.services.models.saved",
+    "save_model": "codedgd.services.models.saved",
     "read_results": "codedgd.services.records",
     "CostModel": "codedgd.services.sim",
     "Simulator": "codedgd.services.sim",
@@ -73,7 +77,10 @@ __all__ = [
     "JobState",
     "LocalRun",
     "RoundRecord",
+    "SavedModel",
     "Simulator",
+    "load_model",
     "read_results",
     "run_local",
+    "save_model",
 ]

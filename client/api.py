@@ -21,7 +21,8 @@ from grpc import aio
 
 from codedgd.services.errors import CodedGDError, ConfigError, JobFailed
 from codedgd.services.job import JobConfig
-from codedgd.services.messages import record_from_pb
+from codedgd.services.messages import model_from_messages, record_from_pb
+from codedgd.services.models.saved import SavedModel
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.proto import codedgd_pb2_grpc as pb_grpc
 from codedgd.services.records import RoundRecord
@@ -125,6 +126,19 @@ class Client:
             raise self._error(exc) from None
         return bool(reply.cancelled)
 
+    async def model(self, job_id: str) -> SavedModel:
+        """The job's trained model (θ after its last completed round), checksum checked.
+
+        Save it with :func:`codedgd.services.models.saved.save_model`.
+        """
+        try:
+            messages = [
+                m async for m in self._stub.GetModel(pb.JobRef(job_id=job_id), metadata=self._md)
+            ]
+        except aio.AioRpcError as exc:
+            raise self._error(exc) from None
+        return model_from_messages(messages, f"the model of job {job_id}")
+
     def _error(self, exc: aio.AioRpcError) -> CodedGDError:
         code, details = exc.code(), exc.details() or ""
         if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -138,7 +152,7 @@ class Client:
             )
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return CodedGDError(details)
-        if code == grpc.StatusCode.NOT_FOUND:
+        if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
             return CodedGDError(details)
         return CodedGDError(f"coordinator error {code.name}: {details}")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from codedgd.services.errors import ConfigError
 from codedgd.services.job import JobConfig
+from codedgd.services.models.saved import SavedModel, model_path, save_model
 from codedgd.services.records import RoundRecord, write_results
 
 
@@ -105,6 +106,11 @@ def summary_line(s: dict[str, Any]) -> str:
             + (f"reached at {t:.2f} s" if t is not None else "not reached")
         )
     return ", ".join(parts)
+
+
+def write_model(out: Path, saved: SavedModel) -> Path:
+    """The trained model beside the result files of ``--output`` (x.json → x.model.npz)."""
+    return save_model(model_path(result_paths(out)[0]), saved)
 
 
 def default_output(config: JobConfig, prefix: str = "") -> Path:

@@ -8,8 +8,14 @@ is a change here, not in every caller.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Iterator
+
+from codedgd.services.errors import WireError
+from codedgd.services.models.saved import SavedModel
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import RoundRecord
+from codedgd.services.wire import Assembler, tensor_chunks
 
 
 def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
@@ -59,3 +65,27 @@ def record_from_pb(m: pb.RoundReport) -> RoundRecord:
         cancelled=int(m.cancelled),
         late_dropped=int(m.late_dropped),
     )
+
+
+def model_messages(saved: SavedModel) -> Iterator[pb.ModelChunk]:
+    """A trained model as GetModel streams it: its description, then θ in chunks."""
+    yield pb.ModelChunk(meta_json=json.dumps(saved.meta(), allow_nan=False))
+    for chunk in tensor_chunks("theta", saved.theta):
+        yield pb.ModelChunk(theta=chunk)
+
+
+def model_from_messages(messages: Iterable[pb.ModelChunk], source: str) -> SavedModel:
+    """The model GetModel streamed, checked against its checksum."""
+    meta = None
+    assembler = Assembler("theta", dtype="<f8")
+    theta = None
+    for message in messages:
+        if meta is None:
+            if not message.meta_json:
+                raise WireError(f"{source}: the model's description did not come first")
+            meta = json.loads(message.meta_json)
+            continue
+        theta = assembler.add(message.theta)
+    if meta is None or theta is None:
+        raise WireError(f"{source}: the model stream ended before θ was complete")
+    return SavedModel.from_meta(meta, theta, source)

@@ -268,6 +268,6 @@ def _deny(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
     method = details.method.rsplit("/", 1)[-1]
     if method in ("Connect",):
         return grpc.stream_stream_rpc_method_handler(streaming)
-    if method in ("WatchJob",):
+    if method in ("WatchJob", "GetModel"):
         return grpc.unary_stream_rpc_method_handler(streaming)
     return grpc.unary_unary_rpc_method_handler(unary)

@@ -7,6 +7,9 @@
     codedgd watch          follow a job's rounds                                  (jobs.py)
     codedgd status         jobs and workers of a coordinator                      (jobs.py)
     codedgd cancel         cancel a job                                           (jobs.py)
+    codedgd model          fetch a job's trained model into a file                (model.py)
+    codedgd evaluate       score a trained model on a dataset                     (model.py)
+    codedgd predict        a trained model's predictions, as CSV                  (model.py)
     codedgd policies       the aggregation policies and their parameters          (catalog.py)
     codedgd stragglers     the straggler models and their options                 (catalog.py)
     codedgd simulate       the same job on a virtual clock                        (simulate.py)
@@ -25,7 +28,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from codedgd.client.cli import catalog, health, jobs, report, run, serve, simulate
+from codedgd.client.cli import catalog, health, jobs, model, report, run, serve, simulate
 from codedgd.client.cli.exits import Terminated
 from codedgd.client.cli.options import EPILOG, apply_env_defaults, check_env
 from codedgd.services.errors import CodedGDError, ConfigError
@@ -43,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parsers(sub)
     jobs.add_parsers(sub)
     catalog.add_parsers(sub)
+    model.add_parsers(sub)
     simulate.add_parser(sub)
     report.add_parser(sub)
     health.add_parser(sub)

@@ -17,7 +17,7 @@ from codedgd.client.cli.options import (
     job_from_args,
     security_from_args,
 )
-from codedgd.client.results import check_output, summarize, write_result_pair
+from codedgd.client.results import check_output, summarize, write_model, write_result_pair
 from codedgd.services.errors import JobFailed
 from codedgd.services.job import JobConfig
 from codedgd.services.records import RoundRecord
@@ -161,6 +161,8 @@ async def watch_job(
                 output, {**job_doc, "job_id": job_id}, records, summary
             )
             print(f"results: {json_path} and {csv_path}")
+    if output is not None and records:
+        print(f"model: {write_model(output, await client.model(job_id))}")
     return 0
 
 

@@ -147,6 +147,13 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         "connected)",
     )
     g.add_argument(
+        "--init-from",
+        metavar="MODEL.npz",
+        help="start from the θ of this model file (written beside a run's results) instead "
+        "of zeros; the same model and features. Read where the job runs: on the "
+        "coordinator's machine for `submit`",
+    )
+    g.add_argument(
         "--policy", "-p", help="aggregation policy (default uncoded; see `codedgd policies`)"
     )
     g.add_argument(
@@ -221,6 +228,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig:
         ("round_timeout", "round_timeout"),
         ("replace_timeout", "replace_timeout"),
         ("spares", "spares"),
+        ("init_from", "init_from"),
     ):
         value = getattr(args, flag)
         if value is not None:

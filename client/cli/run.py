@@ -18,9 +18,11 @@ from codedgd.client.results import (
     default_output,
     summarize,
     summary_line,
+    write_model,
     write_result_pair,
 )
 from codedgd.services.errors import JobFailed
+from codedgd.services.job.trained import trained_model
 from codedgd.services.records import RoundRecord
 
 
@@ -118,4 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     print(summary_line(summary))
     print(f"results: {json_path} and {csv_path}")
+    if result.theta is not None:
+        model = write_model(out, trained_model(config, result.theta, result.records))
+        print(f"model: {model}")
     return 0

@@ -15,10 +15,12 @@ from codedgd.client.results import (
     default_output,
     summarize,
     summary_line,
+    write_model,
     write_result_pair,
 )
 from codedgd.services.errors import JobFailed
 from codedgd.services.job import Component
+from codedgd.services.job.trained import trained_model
 from codedgd.services.records import RoundRecord
 
 
@@ -223,4 +225,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         f"gradients computed, {result.gradients_skipped} skipped (cancelled)"
     )
     print(f"results: {json_path} and {csv_path}")
+    model = write_model(out, trained_model(config, result.theta, result.records))
+    print(f"model: {model}")
     return 0

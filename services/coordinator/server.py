@@ -73,6 +73,11 @@ def _handlers(service: CoordinatorService) -> grpc.GenericRpcHandler:
                 request_deserializer=pb.JobRef.FromString,
                 response_serializer=to_wire,
             ),
+            "GetModel": grpc.unary_stream_rpc_method_handler(
+                service.GetModel,
+                request_deserializer=pb.JobRef.FromString,
+                response_serializer=to_wire,
+            ),
         },
     )
 

@@ -26,7 +26,8 @@ from codedgd.services.coordinator.sessions import Sessions, WorkerSession
 from codedgd.services.errors import CodedGDError, ConfigError, WireError
 from codedgd.services.framing import Frame
 from codedgd.services.job import JobConfig
-from codedgd.services.messages import record_to_pb
+from codedgd.services.job.trained import trained_model
+from codedgd.services.messages import model_messages, record_to_pb
 from codedgd.services.proto import codedgd_pb2 as pb
 
 log = logging.getLogger("codedgd.coordinator")
@@ -291,6 +292,23 @@ class CoordinatorService:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
         return pb.CancelJobResponse(cancelled=self.cancel(request.job_id))
 
+    async def GetModel(
+        self, request: pb.JobRef, context: aio.ServicerContext
+    ) -> AsyncIterator[pb.ModelChunk]:
+        job = self.jobs.get(request.job_id)
+        if job is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
+            return
+        theta = job.theta
+        if theta is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"job {job.id} has no model yet: it has not completed a round ({job.state})",
+            )
+            return
+        for message in model_messages(trained_model(job.config, theta, job.records)):
+            yield message
+
 
 def _status(job: JobRun) -> pb.JobStatus:
     last = job.records[-1] if job.records else None
@@ -322,6 +340,10 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
         seed=config.seed,
         n_workers=config.workers,
     )
+    if config.init_from is not None:  # the file, its integrity and its model; dim at start
+        from codedgd.services.job.prepare import initial_theta
+
+        initial_theta(config)
     from codedgd.services.data import (
         check_dataset_options,
         check_owner_partitions,

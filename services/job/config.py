@@ -78,6 +78,9 @@ class JobConfig:
     # this many beyond `workers`, and the simulator has as many connected from the start.
     # A coordinator started by hand uses whatever idle workers are connected: it starts none.
     spares: int = 0
+    # A model file (codedgd.services.models.saved, read where the job runs) whose θ the job
+    # starts from instead of zeros: the same model and dimension.
+    init_from: str | None = None
     data: Component = field(default_factory=lambda: Component("synthetic"))
     model: Component = field(default_factory=lambda: Component("logistic", {"l2": 1e-4}))
     policy: Component = field(default_factory=lambda: Component("uncoded"))
@@ -115,6 +118,10 @@ class JobConfig:
                 "cannot decode without a lost worker waits that long for a spare to take its "
                 "place, and with 0 it fails at once (e.g. --replace-timeout 30)"
             )
+        if self.init_from is not None and (
+            not isinstance(self.init_from, str) or not self.init_from
+        ):
+            raise ConfigError(f"job.init_from must be a model file's path, got {self.init_from!r}")
         if self.target_loss is not None and (
             isinstance(self.target_loss, bool)
             or not isinstance(self.target_loss, int | float)
@@ -125,7 +132,7 @@ class JobConfig:
     # ---------------------------------------------------------------- I/O
 
     def to_dict(self) -> dict[str, Any]:
-        job = {
+        job: dict[str, Any] = {
             "workers": self.workers,
             "rounds": self.rounds,
             "seed": self.seed,
@@ -138,6 +145,8 @@ class JobConfig:
             job["target_loss"] = self.target_loss
         if self.spares:  # only when used, so workers of earlier versions still read the job
             job["spares"] = self.spares
+        if self.init_from is not None:
+            job["init_from"] = self.init_from
         return {
             "job": job,
             "data": self.data.to_dict(),
@@ -173,6 +182,7 @@ class JobConfig:
             "round_timeout",
             "replace_timeout",
             "spares",
+            "init_from",
         }
         bad = set(job) - known_job
         if bad:
@@ -190,6 +200,7 @@ class JobConfig:
             round_timeout=job.get("round_timeout", 300.0),
             replace_timeout=job.get("replace_timeout", 0.0),
             spares=job.get("spares", 0),
+            init_from=job.get("init_from"),
             data=_component(doc, "data", "synthetic"),
             model=_component(doc, "model", "logistic", {"l2": 1e-4}),
             policy=_component(doc, "policy", "uncoded"),

@@ -28,7 +28,7 @@ class Descent:
         self.prepared = prepared
         options = dict(config.optimizer)
         options["lr"] = prepared.lr
-        self.optimizer = create_optimizer(options, np.zeros(prepared.dataset.dim))
+        self.optimizer = create_optimizer(options, prepared.theta0)
         self.steps = 0
 
     @property

@@ -20,6 +20,7 @@ from codedgd.services.errors import ConfigError
 from codedgd.services.job.config import JobConfig
 from codedgd.services.models import create_model, objective_smoothness
 from codedgd.services.models.base import Model
+from codedgd.services.models.saved import load_model
 from codedgd.services.optim import create_optimizer
 from codedgd.services.policies import create
 from codedgd.services.policies.base import JobContext, Plan, Policy
@@ -35,6 +36,7 @@ class Prepared:
     plan: Plan
     blocks: list[np.ndarray]  # partition p's row indices into the training set
     lr: float
+    theta0: np.ndarray  # where the descent starts: zeros, or job.init_from's θ
 
 
 def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
@@ -56,7 +58,27 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
         blocks = partition_rows(dataset.n_train, k, config.seed)
     lr = choose_lr(config, model, dataset.X_train)
     policy.bind(_context(config, model, dataset, blocks, lr))
-    return Prepared(dataset, model, policy, plan, blocks, lr)
+    theta0 = np.zeros(dataset.dim)
+    if config.init_from is not None:
+        theta0 = initial_theta(config, dataset.dim)
+    return Prepared(dataset, model, policy, plan, blocks, lr, theta0)
+
+
+def initial_theta(config: JobConfig, dim: int | None = None) -> np.ndarray:
+    """θ of job.init_from's model file, checked against the job's model (and ``dim``)."""
+    assert config.init_from is not None
+    saved = load_model(config.init_from)
+    if saved.model.get("name") != config.model.name:
+        raise ConfigError(
+            f"job.init_from {config.init_from} holds a {saved.model.get('name')!r} model, but "
+            f"the job trains {config.model.name!r}: start from a model of the same kind"
+        )
+    if dim is not None and saved.dim != dim:
+        raise ConfigError(
+            f"job.init_from {config.init_from} has {saved.dim} parameters, but the job's data "
+            f"has {dim} features: start from a model trained on the same features"
+        )
+    return np.array(saved.theta, dtype=np.float64)
 
 
 def _context(

@@ -44,6 +44,10 @@ class Model(Protocol):
         """The held-out metric (AUC for classification, MSE for regression)."""
         ...
 
+    def predict(self, theta: np.ndarray, X: Matrix) -> np.ndarray:
+        """What the model says of each row of X (a probability of 1, or a value)."""
+        ...
+
     def smoothness(self, X: Matrix) -> float:
         """A smoothness constant L of the data term Σ_i ℓ (for step sizes and LAG)."""
         ...

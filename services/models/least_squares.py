@@ -150,5 +150,12 @@ class LeastSquares:
             return float("nan")
         return float(r @ r) / r.size
 
+    def predict(self, theta: np.ndarray, X: Matrix) -> np.ndarray:
+        """xᵀθ for each row."""
+        theta = as_float_vector(theta)
+        check_shapes(theta, X, None)
+        out: np.ndarray = np.asarray(X @ theta, dtype=np.float64).reshape(-1)
+        return out
+
     def smoothness(self, X: Matrix) -> float:
         return gram_lambda_max(X)

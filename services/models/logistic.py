@@ -124,6 +124,14 @@ class LogisticRegression:
         check_shapes(theta, X, np.asarray(y))
         return roc_auc(np.asarray(X @ theta).reshape(-1), y)
 
+    def predict(self, theta: np.ndarray, X: Matrix) -> np.ndarray:
+        """P(y = 1 | x) = σ(xᵀθ) for each row."""
+        theta = as_float_vector(theta)
+        check_shapes(theta, X, None)
+        z = np.asarray(X @ theta, dtype=np.float64).reshape(-1)
+        out: np.ndarray = 0.5 * (1.0 + np.tanh(0.5 * z))  # σ(z), without overflow
+        return out
+
     def smoothness(self, X: Matrix) -> float:
         """0.25·λ_max(XᵀX): σ' ≤ ¼, so the data term's Hessian is ⪯ ¼XᵀX."""
         return 0.25 * gram_lambda_max(X)

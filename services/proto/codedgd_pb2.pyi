@@ -393,6 +393,14 @@ class CancelJobResponse(_message.Message):
     cancelled: bool
     def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
 
+class ModelChunk(_message.Message):
+    __slots__ = ("meta_json", "theta")
+    META_JSON_FIELD_NUMBER: _ClassVar[int]
+    THETA_FIELD_NUMBER: _ClassVar[int]
+    meta_json: str
+    theta: TensorChunk
+    def __init__(self, meta_json: _Optional[str] = ..., theta: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+
 class PeerData(_message.Message):
     __slots__ = ("job_id", "round", "attempt", "sender", "stage", "step", "segment", "contributors", "tensor")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -60,6 +60,11 @@ class CoordinatorStub:
                 request_serializer=codedgd_dot_v1_dot_codedgd__pb2.JobRef.SerializeToString,
                 response_deserializer=codedgd_dot_v1_dot_codedgd__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.GetModel = channel.unary_stream(
+                '/codedgd.v1.Coordinator/GetModel',
+                request_serializer=codedgd_dot_v1_dot_codedgd__pb2.JobRef.SerializeToString,
+                response_deserializer=codedgd_dot_v1_dot_codedgd__pb2.ModelChunk.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -97,6 +102,14 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetModel(self, request, context):
+        """The job's model: θ after its last completed round (of a job still running, the
+        latest). NOT_FOUND for an unknown job, FAILED_PRECONDITION before its first round.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +137,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=codedgd_dot_v1_dot_codedgd__pb2.JobRef.FromString,
                     response_serializer=codedgd_dot_v1_dot_codedgd__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'GetModel': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetModel,
+                    request_deserializer=codedgd_dot_v1_dot_codedgd__pb2.JobRef.FromString,
+                    response_serializer=codedgd_dot_v1_dot_codedgd__pb2.ModelChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -261,6 +279,33 @@ class Coordinator:
             '/codedgd.v1.Coordinator/CancelJob',
             codedgd_dot_v1_dot_codedgd__pb2.JobRef.SerializeToString,
             codedgd_dot_v1_dot_codedgd__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/codedgd.v1.Coordinator/GetModel',
+            codedgd_dot_v1_dot_codedgd__pb2.JobRef.SerializeToString,
+            codedgd_dot_v1_dot_codedgd__pb2.ModelChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,36 @@
+"""The trained model of a job, as the model file holds it (:mod:`codedgd.services.models.saved`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from codedgd.services.data import dataset_task
+from codedgd.services.job.config import JobConfig
+from codedgd.services.models.saved import SavedModel
+from codedgd.services.records import RoundRecord
+
+
+def trained_model(
+    config: JobConfig, theta: np.ndarray | Sequence[float], records: Sequence[RoundRecord]
+) -> SavedModel:
+    """θ after the job's last round, with the job that made it and how far it got."""
+    evaluated = [r for r in records if not math.isnan(r.loss)]
+    last = evaluated[-1] if evaluated else None
+    return SavedModel(
+        theta=np.asarray(theta, dtype=np.float64),
+        model={"name": config.model.name, "options": dict(config.model.options)},
+        task=dataset_task(config.data.name, config.data.options),
+        dataset={
+            "name": config.data.name,
+            "options": dict(config.data.options),
+            "seed": config.seed,
+        },
+        rounds=len(records),
+        loss=last.loss if last else None,
+        metric=last.metric if last else None,
+        metric_name=last.metric_name if last else "",
+        job=config.to_dict(),
+    )
