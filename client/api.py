@@ -37,7 +37,7 @@ class CoordinatorUnavailable(CodedGDError):
 @dataclass(frozen=True)
 class JobState:
     job_id: str
-    state: str  # queued | assigning | running | done | failed | cancelled
+    state: str  # queued | assigning | running | done | failed | diverged | cancelled
     round: int
     rounds: int
     error: str
@@ -50,7 +50,7 @@ class JobState:
         """Rounds finished. ``round`` is the round running, or once done the last one."""
         if self.state == "done":
             return min(self.round + 1, self.rounds)
-        return self.round if self.state in ("running", "failed", "cancelled") else 0
+        return self.round if self.state in ("running", "failed", "diverged", "cancelled") else 0
 
 
 @dataclass(frozen=True)

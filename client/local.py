@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 from codedgd.services import allocator
 from codedgd.services.coordinator.server import CoordinatorServer, uninterrupted
-from codedgd.services.errors import ConfigError, JobFailed
+from codedgd.services.errors import ConfigError, Diverged, JobFailed
 from codedgd.services.job import JobConfig
 from codedgd.services.records import RoundRecord
 from codedgd.services.security import TOKEN_ENV, Security
@@ -154,6 +154,8 @@ async def run_local(
         # To the end even if a second Ctrl-C or a SIGTERM cancels us meanwhile: a server
         # left running prints a traceback at exit, and workers would be left behind.
         await uninterrupted(_shut_down(server, procs, log_file))
+    if result.state == "diverged":
+        raise Diverged(f"job {result.job_id} diverged: {result.error}")
     if result.state != "done":
         raise JobFailed(f"job {result.job_id} {result.state}: {result.error}")
     return result

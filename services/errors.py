@@ -23,9 +23,17 @@ class WireError(CodedGDError):
     """A message on the wire has the wrong shape, dtype, round or size."""
 
 
+class NonFiniteError(WireError):
+    """A tensor holds NaN or inf where numbers belong: the sender is at fault."""
+
+
 class DecodeError(CodedGDError):
     """A policy could not decode (infeasible set of arrivals, residual too large)."""
 
 
 class JobFailed(CodedGDError):
     """A job stopped before its last round (worker lost, cancelled, error)."""
+
+
+class Diverged(JobFailed):
+    """The descent made the training loss worse, or not a number: the job diverged."""

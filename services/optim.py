@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from codedgd.services.errors import ConfigError, JobFailed
+from codedgd.services.errors import ConfigError, Diverged
 
 SCHEDULES: dict[str, str] = {
     "constant": "η_t = lr",
@@ -217,7 +217,7 @@ def check_converging(t: int, loss: float, lr: float, hint: str = "") -> None:
     """
     if math.isfinite(loss):
         return
-    raise JobFailed(
+    raise Diverged(
         f"round {t}: the training loss is {loss:g}: gradient descent diverged. Use a smaller "
         f"step size (this job's is {lr:g}; --lr auto picks 1/L)" + (f"; {hint}" if hint else "")
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import Message
 
-from codedgd.services.errors import WireError
+from codedgd.services.errors import NonFiniteError, WireError
 from codedgd.services.framing import ALIGN, Path, field_path, serialize
 from codedgd.services.proto import codedgd_pb2 as pb
 
@@ -173,7 +173,9 @@ class Assembler:
     a larger one are copied once, into an uninitialised buffer of the tensor's size
     (from ``pool`` when given, so rounds reuse buffers).
 
-    With ``add_into`` (a float64 vector of the tensor's shape) nothing is assembled:
+    With ``finite`` a chunk of floats holding NaN or inf is refused (NonFiniteError)
+    before it is used. With ``add_into`` (a float64 vector of the tensor's shape) nothing
+    is assembled:
     each chunk is added into that vector's matching slice as it arrives, and the
     vector is returned once the last chunk is in. A chunk that fails a check leaves
     the chunks before it added. ``skip_bytes`` (with ``add_into``) is how many leading
@@ -191,6 +193,7 @@ class Assembler:
         pool: BufferPool | None = None,
         add_into: np.ndarray | None = None,
         skip_bytes: int = 0,
+        finite: bool = False,
     ) -> None:
         if add_into is not None and (
             add_into.dtype != np.float64 or dtype != "<f8" or shape != add_into.shape
@@ -199,6 +202,7 @@ class Assembler:
         if skip_bytes and (add_into is None or skip_bytes % 8 or skip_bytes > add_into.nbytes):
             raise ValueError("skip_bytes needs add_into and whole float64s within it")
         self._skip = skip_bytes
+        self._finite = finite
         self.key = key
         self._pool = pool
         self._add_into = add_into
@@ -240,6 +244,8 @@ class Assembler:
         self._received += 1
         if data is None:
             data = chunk.data
+        if self._finite:
+            self._check_finite(chunk, data)
         if self._add_into is not None:
             self._add(data)
         elif self._count == 1:
@@ -262,6 +268,19 @@ class Assembler:
         if self._received < self._count:
             return None
         return self._finish()
+
+    def _check_finite(self, chunk: pb.TensorChunk, data: bytes | memoryview) -> None:
+        """Refuse a chunk of a float tensor that holds NaN or inf (before it is used)."""
+        dtype = np.dtype(chunk.dtype)
+        if dtype.kind != "f" or len(data) % dtype.itemsize:
+            return  # not floats, or a length the other checks refuse
+        values = np.frombuffer(data, dtype=dtype)
+        if not np.isfinite(values).all():
+            bad = int(np.count_nonzero(~np.isfinite(values)))
+            raise NonFiniteError(
+                f"tensor {self.key!r}: chunk {chunk.index} holds {bad} value(s) that are not "
+                "finite numbers (NaN or inf)"
+            )
 
     def _add(self, data: bytes | memoryview) -> None:
         """Add a chunk's float64 values into ``add_into`` at the bytes filled so far."""

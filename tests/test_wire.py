@@ -122,3 +122,19 @@ def test_add_into_needs_float64_of_the_tensor_shape() -> None:
         Assembler("gradient", dtype="<f4", shape=(4,), add_into=np.zeros(4))
     with pytest.raises(ValueError, match="add_into"):
         Assembler("gradient", dtype="<f8", shape=(5,), add_into=np.zeros(4))
+
+
+def test_a_float_tensor_with_nan_or_inf_is_refused_before_it_is_used() -> None:
+    from codedgd.services.errors import NonFiniteError
+
+    values = np.arange(10.0)
+    values[7] = np.inf
+    first, second = list(tensor_chunks("gradient", values, chunk_bytes=40))
+    into = np.zeros(10)
+    asm = Assembler("gradient", dtype="<f8", shape=(10,), add_into=into, finite=True)
+    assert asm.add(first) is None  # the finite half is added
+    with pytest.raises(NonFiniteError, match=r"chunk 1 holds 1 value\(s\) that are not finite"):
+        asm.add(second)
+    assert np.array_equal(into[:5], np.arange(5.0)) and not into[5:].any()
+    # Integers are never "not finite", and the default takes floats as they are.
+    assert Assembler("y").add(next(tensor_chunks("y", values))) is not None

@@ -164,7 +164,7 @@ class Inbox:
         """Where a result's chunks go: the policy's running sum, a pooled buffer, or nowhere."""
         shape = (self.payload_len[worker],)
         if self.summing is None:
-            pooled = Assembler("gradient", dtype="<f8", shape=shape, pool=self.pool)
+            pooled = Assembler("gradient", dtype="<f8", shape=shape, pool=self.pool, finite=True)
             return _Partial(int(result.round), pooled, result, attempt=int(result.attempt))
         if worker not in self.expecting:
             return _Partial(
@@ -176,6 +176,7 @@ class Inbox:
             shape=shape,
             add_into=self.summing,
             skip_bytes=self.summed_prefix.get(worker, 0),
+            finite=True,
         )
         return _Partial(
             int(result.round), adding, result, summing=True, attempt=int(result.attempt)

@@ -32,7 +32,7 @@ from codedgd.services.coordinator.places import Places
 from codedgd.services.coordinator.replacement import Replacer, log_crash, stop_replacer
 from codedgd.services.coordinator.rounds import RoundLoop
 from codedgd.services.coordinator.sessions import Sessions, WorkerSession
-from codedgd.services.errors import CodedGDError
+from codedgd.services.errors import CodedGDError, Diverged
 from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.prepare import Prepared, prepare
@@ -41,6 +41,8 @@ from codedgd.services.records import RoundRecord
 from codedgd.services.wire import DEFAULT_CHUNK_BYTES, BufferPool
 
 log = logging.getLogger("codedgd.coordinator")
+# How a job can end: "diverged" is a failure of the descent itself (see Descent).
+FINAL_STATES = ("done", "failed", "diverged", "cancelled")
 # A job's outcome, for an operator's log; `codedgd run` reports it itself and mutes this.
 outcome_log = logging.getLogger("codedgd.coordinator.outcome")
 
@@ -148,7 +150,7 @@ class JobRun:
 
     @property
     def finished(self) -> bool:
-        return self.state in ("done", "failed", "cancelled")
+        return self.state in FINAL_STATES
 
     # ------------------------------------------------------------ the job
 
@@ -173,6 +175,10 @@ class JobRun:
         except asyncio.CancelledError:
             self.state = "cancelled"
             self.error = self.error or "cancelled by a client"
+        except Diverged as exc:
+            self.state = "diverged"
+            self.error = str(exc)
+            outcome_log.error("job %s diverged: %s", self.id, exc)
         except CodedGDError as exc:
             self.state = "failed"
             self.error = str(exc)

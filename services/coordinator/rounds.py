@@ -112,6 +112,7 @@ class RoundLoop:
                 "workers": str(cfg.workers),
             }
         )
+        await asyncio.to_thread(descent.evaluate_start)  # the yardstick of divergence
         for t in range(cfg.rounds):
             on_round(t)
             self.metrics.round.set(t)
@@ -157,6 +158,7 @@ class RoundLoop:
             if descent.reached_target(loss):
                 log.info("job %s reached target loss %.6g at round %d", self.job_id, loss, t)
                 break
+        descent.finish()
 
     async def one_round(self, t: int, point: np.ndarray, policy: Policy) -> Outcome:
         """Round t at ``point``: from θ_t out to the decoded estimate.

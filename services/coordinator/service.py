@@ -23,7 +23,7 @@ from codedgd.services.coordinator.dataplane import check_topology
 from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.sessions import Sessions, WorkerSession
-from codedgd.services.errors import CodedGDError, ConfigError, WireError
+from codedgd.services.errors import CodedGDError, ConfigError, NonFiniteError, WireError
 from codedgd.services.framing import Frame
 from codedgd.services.job import JobConfig
 from codedgd.services.job.trained import trained_model
@@ -214,7 +214,8 @@ class CoordinatorService:
                     job.peer_failure(session, message.peer_failure)
         except WireError as exc:
             log.warning("rejecting %s: %s", session.label, exc)
-            self.metrics.stragglers.labels("rejected").inc()
+            reason = "non_finite" if isinstance(exc, NonFiniteError) else "rejected"
+            self.metrics.stragglers.labels(reason).inc()
             session.send(pb.CoordinatorMessage(reject=pb.Reject(reason=f"bad message: {exc}")))
             job = self._job_of(session)
             if job is not None:
@@ -264,7 +265,7 @@ class CoordinatorService:
                 change.cancel()
                 break
             await change
-        if job.state == "failed":
+        if job.state in ("failed", "diverged"):
             await context.abort(grpc.StatusCode.ABORTED, job.error)
         elif job.state == "cancelled":
             await context.abort(grpc.StatusCode.CANCELLED, job.error)

@@ -3,9 +3,13 @@
 :class:`Descent` holds θ and the optimizer of a prepared job. Each round the caller asks
 for the point the workers' gradients are taken at (:meth:`Descent.point`), then steps
 with the decoded estimate of Σ_j g_j (:meth:`Descent.step`: ``g/N + λθ``). The loss and
-held-out metric are evaluated on the job's schedule, a diverging loss fails the job, and
-``job.target_loss`` ends it. The coordinator's round loop and the simulator both step
-through this class, so their θ agree bit for bit.
+held-out metric are evaluated on the job's schedule, and ``job.target_loss`` ends it.
+
+A descent that makes things worse fails the job as *diverged* (:class:`Diverged`): a loss
+that is no longer a finite number, one that grew to :data:`GROWTH` times the loss at the
+start (θ_0, evaluated once before round 0), or, at the end, a last loss above the start.
+The coordinator's round loop and the simulator both step through this class, so their θ
+agree bit for bit.
 """
 
 from __future__ import annotations
@@ -14,10 +18,14 @@ import math
 
 import numpy as np
 
+from codedgd.services.errors import Diverged
 from codedgd.services.job.config import JobConfig
 from codedgd.services.job.prepare import Prepared
 from codedgd.services.models import objective
 from codedgd.services.optim import check_converging, create_optimizer, objective_gradient
+
+# A loss this many times the start's fails the job at once: the step size is far too large.
+GROWTH = 10.0
 
 
 class Descent:
@@ -30,6 +38,8 @@ class Descent:
         options["lr"] = prepared.lr
         self.optimizer = create_optimizer(options, prepared.theta0)
         self.steps = 0
+        self.start_loss: float | None = None  # the loss at θ_0
+        self.last_loss: float | None = None
 
     @property
     def theta(self) -> np.ndarray:
@@ -50,10 +60,21 @@ class Descent:
         """Is round t one whose loss and metric are evaluated (job.eval_every, and the last)?"""
         return t % self.config.eval_every == 0 or t == self.config.rounds - 1
 
+    def evaluate_start(self) -> float:
+        """The training loss at θ_0, the yardstick of divergence (blocking; once)."""
+        if self.start_loss is None:
+            ds, model = self.prepared.dataset, self.prepared.model
+            with np.errstate(over="ignore", invalid="ignore"):
+                self.start_loss = float(
+                    objective(model, self.optimizer.theta, ds.X_train, ds.y_train)
+                )
+        return self.start_loss
+
     def evaluate(self, t: int) -> tuple[float, float]:
         """The training objective and held-out metric at θ after round t (blocking).
 
-        A loss that is no longer finite fails the job (JobFailed, naming the step size).
+        A loss that is no longer finite, or that grew to GROWTH times the start's, fails
+        the job (Diverged, naming the step size).
         """
         prepared = self.prepared
         ds, model = prepared.dataset, prepared.model
@@ -64,7 +85,27 @@ class Descent:
             loss = float(objective(model, theta, ds.X_train, ds.y_train))
             metric = float(model.metric(theta, ds.X_test, ds.y_test))
         check_converging(t, loss, prepared.lr, prepared.policy.divergence_hint())
+        start = self.evaluate_start()
+        if math.isfinite(start) and loss > GROWTH * start and loss > start + 1e-12:
+            raise Diverged(
+                f"round {t}: the training loss grew from {start:.6g} at the start to "
+                f"{loss:.6g}: gradient descent diverged. Use a smaller step size (this job's "
+                f"is {prepared.lr:g}; --lr auto picks 1/L)"
+                + (f"; {hint}" if (hint := prepared.policy.divergence_hint()) else "")
+            )
+        self.last_loss = loss
         return loss, metric
+
+    def finish(self) -> None:
+        """At the job's end: a last loss above the start's means the descent diverged."""
+        start, last = self.start_loss, self.last_loss
+        if start is None or last is None or not last > start:
+            return
+        raise Diverged(
+            f"the training loss ended at {last:.6g}, above {start:.6g} at the start: gradient "
+            f"descent diverged. Use a smaller step size (this job's is {self.prepared.lr:g}; "
+            "--lr auto picks 1/L)"
+        )
 
     def reached_target(self, loss: float) -> bool:
         target = self.config.target_loss

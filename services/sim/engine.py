@@ -211,6 +211,7 @@ class Simulator:
         compute_model = self.modelled_compute()
         records: list[RoundRecord] = []
         wall = 0.0
+        descent.evaluate_start()
         for t in range(cfg.rounds):
             point = descent.point()
             out = self._round(t, point, wall, compute_model, theta_bytes)
@@ -262,6 +263,7 @@ class Simulator:
                 on_round(record, descent.theta)
             if descent.reached_target(loss):
                 break
+        descent.finish()
         return SimulationResult(
             job_id="sim-" + uuid.uuid4().hex[:8],
             records=tuple(records),

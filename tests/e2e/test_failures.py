@@ -131,6 +131,12 @@ def _dtype(a: pb.Assignment, round_: int, theta: np.ndarray) -> list[pb.Result |
     return list(result(a.job_id, round_, np.zeros(theta.shape[0], dtype=np.float32)))
 
 
+def _non_finite(a: pb.Assignment, round_: int, theta: np.ndarray) -> list[pb.Result | bytes]:
+    values = np.ones(theta.shape[0])
+    values[1] = np.nan  # a worker fault, not a divergence of the descent
+    return list(result(a.job_id, round_, values))
+
+
 def _garbage(a: pb.Assignment, round_: int, theta: np.ndarray) -> list[pb.Result | bytes]:
     # A result field whose length runs past the end of the frame: not protobuf.
     return [b"\x1a\x7f\x0a\x03abc"]
@@ -138,8 +144,13 @@ def _garbage(a: pb.Assignment, round_: int, theta: np.ndarray) -> list[pb.Result
 
 @pytest.mark.parametrize(
     "make,reason",
-    [(_shape, "shape"), (_dtype, "dtype"), (_garbage, "malformed WorkerMessage frame")],
-    ids=["shape", "dtype", "not-protobuf"],
+    [
+        (_shape, "shape"),
+        (_dtype, "dtype"),
+        (_garbage, "malformed WorkerMessage frame"),
+        (_non_finite, "not finite numbers (NaN or inf)"),
+    ],
+    ids=["shape", "dtype", "not-protobuf", "non-finite"],
 )
 async def test_malformed_gradient_is_rejected_and_job_fails_clearly(
     coordinator: CoordinatorServer,
@@ -162,6 +173,7 @@ async def test_malformed_gradient_is_rejected_and_job_fails_clearly(
         await fake.stop()
     assert fake.rejected is not None and reason in fake.rejected
     assert "sent a bad message" in job.error and reason in job.error
+    assert "diverged" not in job.error and "step size" not in job.error
     # Still serving: status answers, and a fresh job on the real worker completes.
     async with Client(f"127.0.0.1:{coordinator.port}") as client:
         status = await client.status()
@@ -207,3 +219,34 @@ async def test_job_waiting_for_missing_workers_times_out_clearly() -> None:
                 [r async for r in client.watch(job.id)]
     finally:
         await server.stop(0)
+
+
+async def test_a_worker_sending_nan_is_replaced_and_the_job_stays_exact(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """The NaN never enters the sum: its sender is thrown out (counted as non-finite), a
+    spare takes its place, and θ is plain gradient descent's."""
+    from tests.e2e.test_training import reference_gd
+
+    def poisoned(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result | bytes]:
+        return _non_finite(a, round_, theta)  # its first result: it has no data to do better
+
+    fake = FakeWorker(coordinator.port, poisoned)
+    fake.start()
+    await wait_for(lambda: len(coordinator.service.sessions) == 1)
+    worker_processes.start(coordinator.port, 1)
+    await wait_for(lambda: len(coordinator.service.sessions) == 2)
+    config = JobConfig(workers=2, rounds=6, seed=2, data=SYNTH, replace_timeout=60)
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: fake.rejected is not None, timeout=60)
+    worker_processes.start(coordinator.port, 1, name="spare")
+    try:
+        assert await _finish(coordinator, job.id) == "done", job.error
+    finally:
+        await fake.stop()
+    assert "not finite" in (fake.rejected or "")
+    stragglers = coordinator.service.metrics.stragglers
+    assert stragglers.labels("non_finite")._value.get() == 1
+    assert job.theta is not None
+    expected = reference_gd(config)
+    assert np.linalg.norm(job.theta - expected) <= 1e-9 * np.linalg.norm(expected)

@@ -180,28 +180,36 @@ async def test_a_real_run_records_a_trace_the_simulator_replays(tmp_path: Path) 
 
 
 async def test_a_diverging_job_fails_at_the_same_round_real_and_simulated() -> None:
-    """A step size far above 1/L: both stop once the loss overflows, with the same message."""
+    """A step size 2.5 times 1/L: the loss grows by half again each round; both stop at the
+    round it passes ten times the start's, with the same message, the rounds before kept."""
     from codedgd.client.local import run_local
-    from codedgd.services.errors import JobFailed
+    from codedgd.services.data import load_dataset
+    from codedgd.services.errors import Diverged
+    from codedgd.services.models import create_model, objective_smoothness
 
+    data = Component("synthetic", {"rows": 200, "dim": 5, "task": "regression"})
+    ds = load_dataset(data.name, data.options, seed=0)
+    lr = 2.5 / objective_smoothness(create_model("least-squares", {}), ds.X_train)
     config = JobConfig(
         workers=2,
         rounds=300,
-        data=Component("synthetic", {"rows": 200, "dim": 5, "task": "regression"}),
+        data=data,
         model=Component("least-squares", {}),
-        optimizer={"lr": 50.0},
+        optimizer={"lr": lr},
     )
-    with pytest.raises(JobFailed) as simulated:
+    with pytest.raises(Diverged) as simulated:
         Simulator(config, CostModel.ideal()).run()
     records: list[RoundRecord] = []
-    with pytest.raises(JobFailed) as real:
+    with pytest.raises(Diverged) as real:
         await run_local(config, on_record=records.append)
     message = str(simulated.value)
-    assert "the training loss is inf: gradient descent diverged" in message
-    assert "this job's is 50" in message and message in str(real.value)
+    assert "the training loss grew from" in message and "gradient descent diverged" in message
+    assert f"this job's is {lr:g}" in message and message in str(real.value)
     failed_at = int(message.split(":")[0].removeprefix("round "))
-    assert 10 < failed_at < 300 and len(records) == failed_at  # the rounds before it stay
+    assert 3 < failed_at < 300 and len(records) == failed_at  # the rounds before it stay
     assert all(np.isfinite(r.loss) for r in records)
+    start = records[0].loss
+    assert max(r.loss for r in records) <= 10 * start * 2.25  # caught within about a round
 
 
 async def test_a_crash_and_restart_runs_the_same_rounds_real_and_simulated(
