@@ -235,7 +235,13 @@ def _check_pair(cert: bytes, key: bytes, cert_path: Path, key_path: Path) -> Non
 
 
 class TokenInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses calls without the right bearer token (constant-time comparison)."""
+    """Refuses calls without the right bearer token (constant-time comparison).
+
+    The decision reads only the call's headers. A refused call is answered by a
+    handler that takes the request as a stream and never reads it, so an
+    unauthenticated peer's body, however large, is not buffered, parsed or
+    kept: it costs the server one HTTP/2 stream reset (see :func:`refusal`).
+    """
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
@@ -250,24 +256,26 @@ class TokenInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
         given = dict(handler_call_details.invocation_metadata or ()).get("authorization", "")
         if isinstance(given, str) and hmac.compare_digest(given.encode(), self._expected):
             return await continuation(handler_call_details)
-        return _deny(handler_call_details)
+        return refusal(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "missing or wrong token: pass --token (or set CODEDGD_TOKEN) with the "
+            "coordinator's token",
+        )
 
 
-def _deny(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-    message = (
-        "missing or wrong token: pass --token (or set CODEDGD_TOKEN) with the coordinator's token"
-    )
+def refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    """A handler that ends any call with ``code`` before reading a byte of its request.
 
-    async def unary(request: Any, context: aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+    gRPC reads a unary request whole (up to the receive limit) before a unary
+    handler runs; a request-streaming handler runs first and reads only what it
+    asks for. Every method, unary or not, is a stream on the wire, so this
+    stream-stream handler answers any of them: the client sees ``code`` and
+    ``message`` whatever the method's declared shape, and the rest of its body is
+    discarded by the transport.
+    """
 
-    async def streaming(request: Any, context: aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+    async def refuse(requests: Any, context: aio.ServicerContext) -> Any:
+        await context.abort(code, message)
         yield None  # pragma: no cover - abort raises
 
-    method = details.method.rsplit("/", 1)[-1]
-    if method in ("Connect",):
-        return grpc.stream_stream_rpc_method_handler(streaming)
-    if method in ("WatchJob", "GetModel"):
-        return grpc.unary_stream_rpc_method_handler(streaming)
-    return grpc.unary_unary_rpc_method_handler(unary)
+    return grpc.stream_stream_rpc_method_handler(refuse)

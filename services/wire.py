@@ -24,8 +24,10 @@ from codedgd.services.proto import codedgd_pb2 as pb
 # that never raised that limit still reads every message (64 KiB is left for the envelope).
 GRPC_DEFAULT_MAX_RECEIVE = 4 * 1024 * 1024
 DEFAULT_CHUNK_BYTES = GRPC_DEFAULT_MAX_RECEIVE - 64 * 1024
-# Both ends set these explicitly: a chunk plus framing always fits.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Both ends set these explicitly: a chunk plus framing always fits, with room for a
+# foreign sender that cuts chunks up to 4 MiB and a large envelope. Kept small so one
+# message (which gRPC buffers whole before a handler sees it) costs a server little.
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 ALLOWED_DTYPES = frozenset({"<f8", "<f4", "<i8", "<i4", "<u4", "<u8", "|u1", "|b1"})
 
 # Where the tensor bytes sit in the stream messages (see codedgd.services.framing).

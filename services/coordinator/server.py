@@ -1,9 +1,9 @@
 """Serving the coordinator: the gRPC server, health service and metrics endpoint.
 
-The Connect handler is registered by hand rather than through the generated
-``add_CoordinatorServicer_to_server`` so its response serializer can pass
-through bytes: θ_t is serialized once per round and the same bytes are written
-to every worker's stream.
+The handlers are registered by hand rather than through the generated
+``add_CoordinatorServicer_to_server``: responses pass through bytes (θ_t is
+serialized once per round and the same bytes are written to every worker's
+stream), and a request that does not parse gets INVALID_ARGUMENT naming its type.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -38,6 +39,7 @@ from codedgd.services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
 log = logging.getLogger("codedgd.coordinator")
 SERVICE_NAME = "codedgd.v1.Coordinator"
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 
 # Results' gradient bytes stay views of the received frame (codedgd.services.framing).
@@ -53,33 +55,49 @@ def _handlers(service: CoordinatorService) -> grpc.GenericRpcHandler:
                 request_deserializer=_worker_frame,
                 response_serializer=to_wire,
             ),
-            "SubmitJob": grpc.unary_unary_rpc_method_handler(
-                service.SubmitJob,
-                request_deserializer=pb.SubmitJobRequest.FromString,
-                response_serializer=to_wire,
-            ),
-            "WatchJob": grpc.unary_stream_rpc_method_handler(
-                service.WatchJob,
-                request_deserializer=pb.JobRef.FromString,
-                response_serializer=to_wire,
-            ),
-            "GetStatus": grpc.unary_unary_rpc_method_handler(
-                service.GetStatus,
-                request_deserializer=pb.StatusRequest.FromString,
-                response_serializer=to_wire,
-            ),
-            "CancelJob": grpc.unary_unary_rpc_method_handler(
-                service.CancelJob,
-                request_deserializer=pb.JobRef.FromString,
-                response_serializer=to_wire,
-            ),
-            "GetModel": grpc.unary_stream_rpc_method_handler(
-                service.GetModel,
-                request_deserializer=pb.JobRef.FromString,
-                response_serializer=to_wire,
-            ),
+            "SubmitJob": _unary(pb.SubmitJobRequest, service.SubmitJob),
+            "WatchJob": _unary_stream(pb.JobRef, service.WatchJob),
+            "GetStatus": _unary(pb.StatusRequest, service.GetStatus),
+            "CancelJob": _unary(pb.JobRef, service.CancelJob),
+            "GetModel": _unary_stream(pb.JobRef, service.GetModel),
         },
     )
+
+
+async def _parse(kind: type[M], raw: bytes, context: aio.ServicerContext) -> M:
+    """``raw`` as a ``kind``; a body that is not one ends the call with INVALID_ARGUMENT.
+
+    gRPC's own deserializer hook would turn the parse error into UNKNOWN with a
+    Python exception's repr and log a traceback on the server.
+    """
+    try:
+        return kind.FromString(raw)
+    except DecodeError as exc:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the request is not a valid {kind.DESCRIPTOR.full_name} message ({exc}); "
+            "build it from protos/codedgd/v1/codedgd.proto",
+        )
+        raise AssertionError("unreachable") from None  # pragma: no cover - abort raises
+
+
+def _unary(
+    kind: type[M], handle: Callable[[M, aio.ServicerContext], Awaitable[Message]]
+) -> grpc.RpcMethodHandler:
+    async def call(raw: bytes, context: aio.ServicerContext) -> Message:
+        return await handle(await _parse(kind, raw, context), context)
+
+    return grpc.unary_unary_rpc_method_handler(call, response_serializer=to_wire)
+
+
+def _unary_stream(
+    kind: type[M], handle: Callable[[M, aio.ServicerContext], AsyncIterator[Any]]
+) -> grpc.RpcMethodHandler:
+    async def call(raw: bytes, context: aio.ServicerContext) -> AsyncIterator[Any]:
+        async for reply in handle(await _parse(kind, raw, context), context):
+            yield reply
+
+    return grpc.unary_stream_rpc_method_handler(call, response_serializer=to_wire)
 
 
 @dataclass

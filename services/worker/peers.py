@@ -32,7 +32,7 @@ from grpc import aio
 from codedgd.services.errors import WireError
 from codedgd.services.framing import Frame, frame_reader, to_wire
 from codedgd.services.proto import codedgd_pb2 as pb
-from codedgd.services.security import Security
+from codedgd.services.security import Security, refusal
 from codedgd.services.wire import GRPC_OPTIONS, PEER_TENSOR_PATHS, SERVER_OPTIONS
 
 log = logging.getLogger("codedgd.worker.peers")
@@ -282,15 +282,7 @@ class CredentialInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
         if ok:
             return await continuation(details)
         self.server.refused += 1
-        return _refuse()
-
-
-def _refuse() -> grpc.RpcMethodHandler:
-    async def refuse(requests: Any, context: aio.ServicerContext) -> pb.PeerAck:
-        await context.abort(
+        return refusal(
             grpc.StatusCode.UNAUTHENTICATED,
             "missing or wrong peer credential: only workers of this worker's job may push",
         )
-        raise AssertionError("unreachable")  # pragma: no cover - abort raises
-
-    return grpc.stream_unary_rpc_method_handler(refuse)
