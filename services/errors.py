@@ -31,6 +31,16 @@ class DecodeError(CodedGDError):
     """A policy could not decode (infeasible set of arrivals, residual too large)."""
 
 
+class WorkerFault(DecodeError):
+    """An arrival the policy cannot use through its sender's fault: no gradient where the
+    policy needs one (a ``skipped`` result under a policy whose workers never skip, or a
+    lag-wk worker skipping before its first upload), or a payload of the wrong length.
+
+    The coordinator throws that worker out and replaces it like a lost one; the job
+    goes on (a real DecodeError, a bug or an undecodable round, fails it).
+    """
+
+
 class JobFailed(CodedGDError):
     """A job stopped before its last round (worker lost, cancelled, error)."""
 

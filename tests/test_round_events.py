@@ -46,7 +46,7 @@ def _job(n: int, replace_timeout: float = 0.0) -> tuple[JobRun, Policy]:
 
 def _loop(job: JobRun) -> RoundLoop:
     plane = StarPlane(job.id, job.places, DEFAULT_CHUNK_BYTES, create("uncoded", {}).plan(2, 2))
-    return RoundLoop(job.id, job.config, job.places, job.inbox, plane, job.metrics)
+    return RoundLoop(job.id, job.config, job.places, job.inbox, plane, job.metrics, job.throw_out)
 
 
 def _answer(job: JobRun, *workers: int) -> None:

@@ -103,6 +103,25 @@ class JobRun:
         self.metrics.stragglers.labels("lost").inc()
         self.inbox.put(Lost(index, reason, session))
 
+    def give_up(self, session: WorkerSession, error: str) -> None:
+        """A worker of this job reported it cannot go on (WorkerError): it loses its place,
+        which a newcomer can take, and is released at once (JobEnd) to wait idle for
+        the next job; this job does not take it back."""
+        if session.job_id != self.id:
+            return
+        self.lose(session, error)
+        self.places.detach(session, f"lost: {error}")
+
+    def throw_out(self, index: int, reason: str) -> None:
+        """The holder of place ``index`` sent something it should not have: disconnect
+        it (Reject names ``reason``) and lose it, so a newcomer can take the place."""
+        session = self.places[index]
+        log.warning("job %s: throwing out %s: %s", self.id, session.label, reason)
+        self.metrics.stragglers.labels("rejected").inc()
+        session.send(pb.CoordinatorMessage(reject=pb.Reject(reason=f"bad message: {reason}")))
+        self.lose(session, f"sent a result it could not use: {reason}")
+        session.close()
+
     def peer_failure(self, session: WorkerSession, failure: pb.PeerFailure) -> None:
         """A worker of this job could not reach (or hear) one of its peers: that peer is
         lost to the job (a replacement takes its place, or the round fails naming it)."""
@@ -214,7 +233,9 @@ class JobRun:
 
     async def _rounds(self, prepared: Prepared) -> None:
         plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
-        loop = RoundLoop(self.id, self.config, self.places, self.inbox, plane, self.metrics)
+        loop = RoundLoop(
+            self.id, self.config, self.places, self.inbox, plane, self.metrics, self.throw_out
+        )
         descent = self._descent = Descent(self.config, prepared)
 
         def on_round(t: int) -> None:

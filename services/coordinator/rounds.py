@@ -30,7 +30,7 @@ from codedgd.services.coordinator.dataplane import DataPlane
 from codedgd.services.coordinator.inbox import Inbox, Lost, Replaced
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.places import Places
-from codedgd.services.errors import DecodeError, JobFailed
+from codedgd.services.errors import DecodeError, JobFailed, WorkerFault
 from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.failures import infeasible_message, no_replacement_message
@@ -74,6 +74,7 @@ class RoundLoop:
         inbox: Inbox,
         plane: DataPlane,
         metrics: CoordinatorMetrics,
+        throw_out: Callable[[int, str], None],
     ) -> None:
         self.job_id = job_id
         self.config = config
@@ -81,6 +82,7 @@ class RoundLoop:
         self.inbox = inbox
         self.plane = plane
         self.metrics = metrics
+        self.throw_out = throw_out  # worker index, reason: disconnect it, its place is lost
         self._last_decode = math.inf  # seconds policy.decode itself took last round
         self._histograms: dict[int, tuple[Histogram, Histogram]] = {}
 
@@ -292,10 +294,18 @@ class RoundLoop:
             computes[event.worker] = event.result.compute_seconds
             if event.result.contributors:
                 below[event.worker] = tuple(event.result.contributors)
-            if event.summed:
-                decodable = policy.offer_summed(event.worker)
-            else:
-                decodable = policy.offer(event.worker, event.payload)
+            try:
+                if event.summed:
+                    decodable = policy.offer_summed(event.worker)
+                else:
+                    decodable = policy.offer(event.worker, event.payload)
+            except WorkerFault as exc:
+                # Its sender is thrown out; its loss (next event) vacates the place.
+                outstanding.add(event.worker)
+                for seen in (responses, computes, below):
+                    seen.pop(event.worker, None)
+                self.throw_out(event.worker, str(exc))
+                continue
             if not decodable:
                 superseded = policy.superseded() & outstanding
                 if superseded:

@@ -209,7 +209,7 @@ class CoordinatorService:
                     job.ack(session, message.ack)
                 elif kind == "error" and job is not None:
                     log.warning("%s reports: %s", session.label, message.error.message)
-                    job.lose(session, message.error.message)
+                    job.give_up(session, message.error.message)
                 elif kind == "peer_failure" and job is not None:
                     job.peer_failure(session, message.peer_failure)
         except WireError as exc:

@@ -27,7 +27,7 @@ import numpy as np
 
 from codedgd.services.codes.tree import TreeShape
 from codedgd.services.compute.ring import reduced_segment, segments
-from codedgd.services.errors import PlanError
+from codedgd.services.errors import PlanError, WorkerFault
 
 
 @dataclass(frozen=True)
@@ -245,3 +245,16 @@ def check_n(n_workers: int, n_partitions: int, *, min_workers: int = 1) -> None:
         raise PlanError(f"need at least {min_workers} worker(s), got n={n_workers}")
     if n_partitions < 1:
         raise PlanError(f"need at least one partition, got k={n_partitions}")
+
+
+def check_payload(name: str, worker: int, payload: np.ndarray | None, length: int) -> np.ndarray:
+    """The payload as a float64 vector of the planned length, or a WorkerFault."""
+    if payload is None:
+        raise WorkerFault(
+            f"{name}: worker {worker} skipped its upload, but {name}'s workers always upload"
+        )
+    if payload.shape != (length,):
+        raise WorkerFault(
+            f"{name}: worker {worker} sent a payload of shape {payload.shape}, expected ({length},)"
+        )
+    return payload

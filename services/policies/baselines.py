@@ -13,6 +13,7 @@ from codedgd.services.policies.base import (
     RoundSpec,
     WorkerPlan,
     check_n,
+    check_payload,
 )
 from codedgd.services.policies.registry import register
 
@@ -45,11 +46,11 @@ class _OnePartitionEach(Policy):
         return RoundSpec(round=t, workers=tuple(range(self._n)))
 
     def _add(self, worker: int, payload: np.ndarray | None) -> None:
-        if payload is None:
-            raise DecodeError(f"{self.name}: worker {worker} sent no gradient")
+        if self._sum is None:
+            raise DecodeError("offer() before begin_round()")
+        vector = check_payload(self.name, worker, payload, self._sum.shape[0])
         self._arrive(worker)
-        assert self._sum is not None
-        self._sum += payload
+        self._sum += vector
 
     def _arrive(self, worker: int) -> None:
         if self._sum is None:

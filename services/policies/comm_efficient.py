@@ -29,9 +29,10 @@ from codedgd.services.policies.base import (
     RoundSpec,
     WorkerPlan,
     check_n,
+    check_payload,
 )
 from codedgd.services.policies.cyclic import ArrivalBuffer
-from codedgd.services.policies.frc import check_one_partition_per_worker, check_payload, nearest
+from codedgd.services.policies.frc import check_one_partition_per_worker, nearest
 from codedgd.services.policies.registry import register
 
 

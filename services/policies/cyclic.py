@@ -29,8 +29,9 @@ from codedgd.services.policies.base import (
     RoundSpec,
     WorkerPlan,
     check_n,
+    check_payload,
 )
-from codedgd.services.policies.frc import check_one_partition_per_worker, check_payload
+from codedgd.services.policies.frc import check_one_partition_per_worker
 from codedgd.services.policies.registry import register
 
 

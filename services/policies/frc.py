@@ -21,6 +21,7 @@ from codedgd.services.policies.base import (
     RoundSpec,
     WorkerPlan,
     check_n,
+    check_payload,
 )
 from codedgd.services.policies.registry import register
 
@@ -37,17 +38,6 @@ def check_one_partition_per_worker(name: str, n_workers: int, n_partitions: int)
             f"{name} places the k = n partitions itself: use k = n = {n_workers} partitions "
             f"(got k = {n_partitions}; leave job.partitions at 0)"
         )
-
-
-def check_payload(name: str, worker: int, payload: np.ndarray | None, length: int) -> np.ndarray:
-    """The payload as a float64 vector of the planned length, or a DecodeError."""
-    if payload is None:
-        raise DecodeError(f"{name}: worker {worker} sent no gradient (skipped upload)")
-    if payload.shape != (length,):
-        raise DecodeError(
-            f"{name}: worker {worker} sent a payload of shape {payload.shape}, expected ({length},)"
-        )
-    return payload
 
 
 class GroupSum(Policy):

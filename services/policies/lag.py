@@ -35,7 +35,7 @@ from collections import deque
 import numpy as np
 
 from codedgd.services.compute.lazy import THRESHOLD_PARAM
-from codedgd.services.errors import ConfigError, DecodeError
+from codedgd.services.errors import ConfigError, DecodeError, WorkerFault
 from codedgd.services.policies.base import (
     Estimate,
     JobContext,
@@ -45,8 +45,9 @@ from codedgd.services.policies.base import (
     RoundSpec,
     WorkerPlan,
     check_n,
+    check_payload,
 )
-from codedgd.services.policies.frc import check_one_partition_per_worker, check_payload
+from codedgd.services.policies.frc import check_one_partition_per_worker
 from codedgd.services.policies.registry import register
 
 DEFAULT_D = 10
@@ -224,7 +225,7 @@ class LagWK(LazyPolicy):
         check_worker(self.name, worker, self._n, self._arrived)
         if payload is None:
             if not self._has[worker]:
-                raise DecodeError(
+                raise WorkerFault(
                     f"lag-wk: worker {worker} skipped its upload but never uploaded before"
                 )
         else:

@@ -31,9 +31,10 @@ from codedgd.services.policies.base import (
     RoundSpec,
     WorkerPlan,
     check_n,
+    check_payload,
 )
 from codedgd.services.policies.cyclic import check_code_options, cyclic_plan
-from codedgd.services.policies.frc import check_one_partition_per_worker, check_payload, nearest
+from codedgd.services.policies.frc import check_one_partition_per_worker, nearest
 from codedgd.services.policies.lag import (
     D_PARAM,
     DEFAULT_D,
@@ -216,10 +217,12 @@ class LagCoded(LazyPolicy):
         if worker not in self._contacted:
             raise DecodeError(f"lagc: worker {worker} was not contacted in round {self._t}")
         assert self._latest is not None
-        self._seen.add(worker)
         if self._wait.good:
+            self._seen.add(worker)
             return True  # decodable already: a later message is not needed
-        self._store(worker, check_payload(self.name, worker, payload, self._latest.shape[1]))
+        vector = check_payload(self.name, worker, payload, self._latest.shape[1])
+        self._seen.add(worker)  # after the check: a faulty worker's replacement may offer
+        self._store(worker, vector)
         self._acceptable.add(worker)
         enough_before = len(self._acceptable) - 1 >= self.wanted
         self._wait.good = self._decodes_well()

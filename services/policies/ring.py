@@ -25,8 +25,8 @@ from codedgd.services.policies.base import (
     Topology,
     WorkerPlan,
     check_n,
+    check_payload,
 )
-from codedgd.services.policies.frc import check_payload
 from codedgd.services.policies.registry import register
 
 

@@ -319,3 +319,89 @@ async def test_a_worker_counts_its_crashes_and_exports_them(
         for a in agents:
             a.stop()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_worker_that_skips_under_a_policy_that_needs_every_result_is_replaced(
+    coordinator: CoordinatorServer,
+) -> None:
+    """A `skipped` result under uncoded (only lag-wk's workers skip) is the sender's fault:
+    it is thrown out, naming why, an idle worker takes its place, and the job ends done."""
+
+    def zeros(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+        return result(a.job_id, round_, np.zeros(theta.shape[0]))
+
+    def skips(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+        if round_ < 2:
+            return zeros(round_, theta, a)
+        return [pb.Result(job_id=a.job_id, round=round_, skipped=True)]
+
+    a, skipper = FakeWorker(coordinator.port, zeros, "a"), FakeWorker(coordinator.port, skips, "s")
+    spare = FakeWorker(coordinator.port, zeros, "spare")
+    fakes = [a, skipper, spare]
+    for fake in fakes[:2]:
+        fake.start()
+    try:
+        await wait_for(lambda: len(coordinator.service.sessions) == 2)
+        config = JobConfig(workers=2, rounds=6, data=SYNTH, replace_timeout=30.0)
+        job = coordinator.service.submit(config)
+        await wait_for(lambda: job.state == "running")
+        spare.start()
+        await _finished(job)
+        assert job.state == "done", job.error
+        assert len(job.records) == 6
+        assert sorted(s.name for s in job.places.holders) == ["a", "spare"]
+        assert skipper.rejected is not None
+        assert "skipped its upload" in skipper.rejected and "uncoded" in skipper.rejected
+        rejected = coordinator.service.metrics.stragglers.labels("rejected")._value.get()
+        assert rejected >= 1
+    finally:
+        for fake in fakes:
+            await fake.stop()
+
+
+async def test_a_worker_that_reports_an_error_is_released_at_once(
+    coordinator: CoordinatorServer,
+) -> None:
+    """WorkerError: the worker loses its place and gets JobEnd while the job goes on
+    without it (ignore-stragglers) or with a newcomer; it serves the next job."""
+
+    def zeros(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result]:
+        return result(a.job_id, round_, np.zeros(theta.shape[0]))
+
+    def fails(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result | bytes]:
+        if round_ != 2:
+            return list(zeros(round_, theta, a))
+        error = pb.WorkerError(job_id=a.job_id, round=round_, message="disk on fire")
+        return [pb.WorkerMessage(error=error).SerializeToString()]
+
+    fakes = [FakeWorker(coordinator.port, zeros, "a"), FakeWorker(coordinator.port, zeros, "b")]
+    failing = FakeWorker(coordinator.port, fails, "f")  # type: ignore[arg-type]
+    fakes.append(failing)
+    for fake in fakes:
+        fake.start()
+    try:
+        await wait_for(lambda: len(coordinator.service.sessions) == 3)
+        config = JobConfig(
+            workers=3, rounds=100_000, data=SYNTH, policy=Component("ignore-stragglers", {"s": 1})
+        )
+        job = coordinator.service.submit(config)
+        session = next(s for s in coordinator.service.sessions.all() if s.name == "f")
+        await wait_for(lambda: job.state == "running")
+        index = session.index
+        await wait_for(lambda: any(m.HasField("job_end") for m in failing.received))
+        end = next(m.job_end for m in failing.received if m.HasField("job_end"))
+        assert end.job_id == job.id and "disk on fire" in end.reason
+        assert session.job_id is None and session.index == -1
+        assert not job.finished  # released while the job goes on without it
+        rounds = len(job.records)
+        await wait_for(lambda: len(job.records) >= rounds + 3)
+        assert all(index not in r.workers_used for r in job.records[rounds:])
+        coordinator.service.cancel(job.id)
+        await _finished(job)
+        second = coordinator.service.submit(JobConfig(workers=3, rounds=2, data=SYNTH))
+        await _finished(second)
+        assert second.state == "done", second.error
+        assert "f" in {s.name for s in second.places.holders}
+    finally:
+        for fake in fakes:
+            await fake.stop()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
-from codedgd.services.errors import ConfigError, PlanError
+from codedgd.services.errors import ConfigError, PlanError, WorkerFault
 from codedgd.services.policies import create, names
+from codedgd.services.policies.base import JobContext
 
 
 def test_new_policies_are_registered() -> None:
@@ -89,3 +91,23 @@ def test_valid_plans_have_the_documented_loads_and_lengths() -> None:
     assert all(poly.payload_length(i, dim) == 51 for i in range(n))
     eh = create("erasurehead", {"r": 3}).plan(n, n)
     assert eh.workers[5].partitions == (3, 4, 5)
+
+
+@pytest.mark.parametrize("name", sorted(names()))
+def test_an_arrival_the_policy_cannot_use_is_its_senders_fault(name: str) -> None:
+    """No gradient (a `skipped` result where the policy needs one: every policy in round 0,
+    lag-wk included, as nothing was uploaded before) or a payload of the wrong length is
+    a WorkerFault: the coordinator throws that worker out instead of failing the job. The
+    policy's round is untouched, so the place's newcomer can still offer."""
+    n, dim = 12, 4
+    policy = create(name, {})
+    plan = policy.plan(n, policy.default_partitions(n))
+    policy.bind(JobContext(n_rows=60, step_size=0.1, smoothness=lambda parts: 1.0))
+    spec = policy.begin_round(0, np.zeros(dim))
+    worker = spec.workers[0]
+    good = np.ones(plan.payload_length(worker, dim))
+    with pytest.raises(WorkerFault, match=f"worker {worker}"):
+        policy.offer(worker, None)
+    with pytest.raises(WorkerFault, match=f"worker {worker}"):
+        policy.offer(worker, np.ones(good.shape[0] + 1))
+    policy.offer(worker, good)  # the same worker's (or its newcomer's) good result counts
