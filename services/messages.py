@@ -9,6 +9,7 @@ is a change here, not in every caller.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 
 from codedgd.services.errors import WireError
@@ -16,6 +17,48 @@ from codedgd.services.models.saved import SavedModel
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import RoundRecord
 from codedgd.services.wire import Assembler, tensor_chunks
+
+# What a Hello may carry (see the .proto): names that read as one token in a log line.
+MAX_NAME_LENGTH = 64
+NAME_PATTERN = re.compile(r"[A-Za-z0-9._:@+-]+")
+MAX_ADDRESS_LENGTH = 255
+ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9._:\[\]%-]+")
+# Free text from a worker (its WorkerError, a PeerFailure's reason) is cut to this.
+MAX_TEXT_LENGTH = 1000
+
+
+def check_worker_name(name: str) -> str | None:
+    """Why ``name`` cannot name a worker (None: it can; empty means "use my address")."""
+    if len(name) > MAX_NAME_LENGTH:
+        return (
+            f"the worker name is {len(name)} characters long; at most {MAX_NAME_LENGTH} are "
+            "allowed: give a shorter --name"
+        )
+    if name and NAME_PATTERN.fullmatch(name) is None:
+        return (
+            f"the worker name '{printable(name)}' has characters other than letters, digits "
+            "and . _ : @ + -: give --name such a name (host:pid is the default)"
+        )
+    return None
+
+
+def check_peer_address(address: str) -> str | None:
+    """Why ``address`` cannot be a Hello's peer_address (None: it can)."""
+    if len(address) > MAX_ADDRESS_LENGTH or (
+        address and ADDRESS_PATTERN.fullmatch(address) is None
+    ):
+        return (
+            f"the peer address '{printable(address, 80)}' is not HOST:PORT: give "
+            "--peer-address as a host name or IP address and a port"
+        )
+    return None
+
+
+def printable(text: str, limit: int = MAX_TEXT_LENGTH) -> str:
+    """``text`` safe for one log line: control characters escaped, cut to ``limit``."""
+    cut = text[:limit]
+    escaped = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return escaped + (f"... ({len(text)} characters)" if len(text) > limit else "")
 
 
 def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:

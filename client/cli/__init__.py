@@ -28,10 +28,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from codedgd.client.cli import catalog, health, jobs, model, report, run, serve, simulate
+from codedgd.client.cli import catalog, health, jobs, logs, model, report, run, serve, simulate
 from codedgd.client.cli.exits import Terminated
 from codedgd.client.cli.options import EPILOG, apply_env_defaults, check_env
 from codedgd.services.errors import CodedGDError, ConfigError
+
+LOG_FORMAT_HELP = "log lines as text (default) or one JSON object per line"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--log-format", default="text", metavar="{text,json}", help=LOG_FORMAT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run.add_parser(sub)
     serve.add_parsers(sub)
@@ -58,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
             default=argparse.SUPPRESS,
             help="more logging (-vv: debug)",
         )
+        command.add_argument(
+            "--log-format", default=argparse.SUPPRESS, metavar="{text,json}", help=LOG_FORMAT_HELP
+        )
     return parser
 
 
@@ -70,11 +76,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"codedgd {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2)
+    if args.log_format not in logs.FORMATS:
+        print(
+            f"codedgd {args.command}: error: --log-format {args.log_format!r} (or "
+            "CODEDGD_LOG_FORMAT): choose text or json",
+            file=sys.stderr,
+        )
+        return 2
+    logs.configure(
+        logging.WARNING - 10 * min(args.verbose, 2)
         if args.command not in ("coordinator", "worker")
         else logging.INFO - 10 * min(args.verbose, 1),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        args.log_format,
     )
     if args.command in ("run", "coordinator", "worker"):
         from codedgd.services.allocator import keep_freed_memory

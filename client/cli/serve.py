@@ -142,9 +142,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         peer_listen=args.peer_listen,
         peer_address=args.peer_address,
         peer_tls_server_name=args.peer_tls_server_name,
+        **({"name": args.name} if args.name else {}),
     )
-    if args.name:
-        options.name = args.name
 
     async def main() -> None:
         agent = WorkerAgent(options)

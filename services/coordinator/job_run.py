@@ -36,6 +36,7 @@ from codedgd.services.errors import CodedGDError, Diverged
 from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.prepare import Prepared, prepare
+from codedgd.services.messages import printable
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import RoundRecord
 from codedgd.services.wire import DEFAULT_CHUNK_BYTES, BufferPool
@@ -131,19 +132,20 @@ class JobRun:
         if not 0 <= peer < len(self.places) or peer == session.index:
             return
         target = self.places[peer]
+        reason = printable(failure.reason)
         log.warning(
             "job %s: %s reports %s unreachable at %s: %s",
             self.id,
             session.label,
             target.label,
             target.peer_address or "(no address)",
-            failure.reason,
+            reason,
         )
         self.metrics.stragglers.labels("peer_unreachable").inc()
         self.lose(
             target,
             f"unreachable from {session.label} at its peer address "
-            f"{target.peer_address or '(none)'}: {failure.reason}",
+            f"{target.peer_address or '(none)'}: {reason}",
         )
 
     # ------------------------------------------------------------ watchers

@@ -27,7 +27,13 @@ from codedgd.services.errors import CodedGDError, ConfigError, NonFiniteError, W
 from codedgd.services.framing import Frame
 from codedgd.services.job import JobConfig
 from codedgd.services.job.trained import trained_model
-from codedgd.services.messages import model_messages, record_to_pb
+from codedgd.services.messages import (
+    check_peer_address,
+    check_worker_name,
+    model_messages,
+    printable,
+    record_to_pb,
+)
 from codedgd.services.proto import codedgd_pb2 as pb
 
 log = logging.getLogger("codedgd.coordinator")
@@ -164,6 +170,11 @@ class CoordinatorService:
             yield pb.CoordinatorMessage(reject=pb.Reject(reason="coordinator is shutting down"))
             return
         hello = first.hello
+        refused = check_worker_name(hello.name) or check_peer_address(hello.peer_address)
+        if refused is not None:
+            log.warning("refusing a worker from %s: %s", context.peer(), refused)
+            yield pb.CoordinatorMessage(reject=pb.Reject(reason=refused))
+            return
         session = self.sessions.new(
             hello.name or context.peer(), context.peer(), hello.has_data_dir, hello.peer_address
         )
@@ -208,8 +219,9 @@ class CoordinatorService:
                 elif kind == "ack" and job is not None:
                     job.ack(session, message.ack)
                 elif kind == "error" and job is not None:
-                    log.warning("%s reports: %s", session.label, message.error.message)
-                    job.give_up(session, message.error.message)
+                    error = printable(message.error.message)
+                    log.warning("%s reports: %s", session.label, error)
+                    job.give_up(session, error)
                 elif kind == "peer_failure" and job is not None:
                     job.peer_failure(session, message.peer_failure)
         except WireError as exc:

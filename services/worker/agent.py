@@ -27,8 +27,9 @@ from pathlib import Path
 
 import grpc
 
-from codedgd.services.errors import CodedGDError, WireError
+from codedgd.services.errors import CodedGDError, ConfigError, WireError
 from codedgd.services.framing import frame_reader, to_wire
+from codedgd.services.messages import check_peer_address, check_worker_name
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.security import Security
 from codedgd.services.wire import COORDINATOR_TENSOR_PATHS, DEFAULT_CHUNK_BYTES, GRPC_OPTIONS
@@ -59,7 +60,7 @@ class CoordinatorLost(CodedGDError):
 @dataclass
 class WorkerOptions:
     coordinator: str = "127.0.0.1:50051"
-    name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    name: str = field(default_factory=lambda: f"{socket.gethostname()[:48]}:{os.getpid()}")
     security: Security = field(default_factory=Security)
     data_dir: Path | None = None
     reconnect: bool = True
@@ -72,6 +73,14 @@ class WorkerOptions:
     peer_listen: str | None = None
     peer_address: str | None = None
     peer_tls_server_name: str | None = None  # the name peers' certificates carry
+
+    def __post_init__(self) -> None:
+        for problem in (
+            check_worker_name(self.name),
+            check_peer_address(self.peer_address) if self.peer_address else None,
+        ):
+            if problem is not None:
+                raise ConfigError(problem)
 
     def peer_security(self) -> tuple[Security, Security]:
         """(serving, dialing) security of peer links: TLS when this worker has a certificate

@@ -24,11 +24,13 @@ class FakeWorker:
         name: str = "fake",
         metadata: tuple[tuple[str, str], ...] = (),
         acks: bool = True,
+        peer_address: str = "",
     ) -> None:
         self.port = port
         self.acks = acks  # False: take assignments but never acknowledge them
         self.behaviour = behaviour
         self.name = name
+        self.peer_address = peer_address
         self.metadata = metadata
         self.out: asyncio.Queue[pb.WorkerMessage | bytes | None] = asyncio.Queue()
         self.received: list[pb.CoordinatorMessage] = []
@@ -47,7 +49,8 @@ class FakeWorker:
             await asyncio.gather(self.task, return_exceptions=True)
 
     async def _requests(self) -> AsyncIterator[pb.WorkerMessage | bytes]:
-        yield pb.WorkerMessage(hello=pb.Hello(name=self.name, protocol="codedgd.v1"))
+        hello = pb.Hello(name=self.name, protocol="codedgd.v1", peer_address=self.peer_address)
+        yield pb.WorkerMessage(hello=hello)
         while True:
             m = await self.out.get()
             if m is None:

@@ -250,3 +250,55 @@ async def test_a_worker_sending_nan_is_replaced_and_the_job_stays_exact(
     assert job.theta is not None
     expected = reference_gd(config)
     assert np.linalg.norm(job.theta - expected) <= 1e-9 * np.linalg.norm(expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "peer_address", "needle"),
+    [
+        ("w1\n2026-11-25 INFO codedgd.coordinator: forged", "", "characters other than"),
+        ("x" * 100_000, "", "100000 characters long"),
+        ("w1", "10.0.0.1:1\nforged", "is not HOST:PORT"),
+    ],
+)
+async def test_a_worker_whose_hello_would_forge_a_log_line_is_refused(
+    coordinator: CoordinatorServer,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    peer_address: str,
+    needle: str,
+) -> None:
+    """A name with a newline (a forged log line), a 100 KB name, or a peer address that
+    is not HOST:PORT: the worker is refused with the reason, and no log line carries it."""
+    fake = FakeWorker(coordinator.port, lambda *_: [], name=name, peer_address=peer_address)
+    fake.start()
+    try:
+        await wait_for(lambda: fake.rejected is not None)
+    finally:
+        await fake.stop()
+    assert fake.rejected is not None and needle in fake.rejected
+    assert len(coordinator.service.sessions) == 0
+    for record in caplog.records:
+        line = record.getMessage()
+        assert "\n" not in line and len(line) < 2000
+
+
+async def test_a_workers_error_text_is_one_escaped_log_line(
+    coordinator: CoordinatorServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fails(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result | bytes]:
+        text = "oops\n2026-11-25 INFO codedgd.coordinator: job done" + "y" * 50_000
+        error = pb.WorkerError(job_id=a.job_id, round=round_, message=text)
+        return [pb.WorkerMessage(error=error).SerializeToString()]
+
+    fake = FakeWorker(coordinator.port, fails)
+    fake.start()
+    try:
+        await wait_for(lambda: len(coordinator.service.sessions) == 1)
+        job = coordinator.service.submit(JobConfig(workers=1, rounds=3, data=SYNTH))
+        assert await _finish(coordinator, job.id) == "failed"
+    finally:
+        await fake.stop()
+    assert "oops\\n2026-11-25" in job.error and "characters)" in job.error  # cut, and says so
+    assert "\n" not in job.error and len(job.error) < 3000
+    reports = [r.getMessage() for r in caplog.records if "reports" in r.getMessage()]
+    assert reports and all("\n" not in line and len(line) < 2000 for line in reports)
