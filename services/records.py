@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from codedgd.services.errors import ConfigError
+from codedgd.services.files import atomic_open
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,9 @@ def write_results(
     records: Sequence[RoundRecord],
     summary: Mapping[str, Any],
 ) -> Path:
-    """Write a result file: JSON (job, summary, rounds) or CSV (one row per round) by suffix."""
+    """Write a result file: JSON (job, summary, rounds) or CSV (one row per round) by suffix,
+    atomically (:mod:`codedgd.services.files`): whole, or the previous version."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     if p.suffix.lower() == ".csv":
         _write_csv(p, records)
     else:
@@ -96,7 +97,8 @@ def write_results(
         }
         # JSON has no NaN or infinity (an AUC over a one-class test set is NaN, a diverging
         # run's residual may be inf): they are written as null, as a missing loss is.
-        p.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
+        with atomic_open(p) as fh:
+            fh.write(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
     return p
 
 
@@ -113,7 +115,7 @@ def _finite(value: Any) -> Any:
 
 def _write_csv(path: Path, records: Iterable[RoundRecord]) -> None:
     names = [f.name for f in fields(RoundRecord)]
-    with path.open("w", newline="") as fh:
+    with atomic_open(path) as fh:
         writer = csv.DictWriter(fh, fieldnames=names)
         writer.writeheader()
         for r in records:
@@ -148,6 +150,13 @@ def read_result_file(
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read result file {path}: {exc}") from None
     except json.JSONDecodeError as exc:
+        if exc.doc.lstrip().startswith("{") and exc.pos >= len(exc.doc.rstrip()):
+            raise ConfigError(
+                f"result file {path} is cut short: its JSON ends unfinished after "
+                f"{len(exc.doc)} characters (a process died writing it, or the copy is "
+                "incomplete); codedgd writes result files whole, so this one was not "
+                "written by codedgd as it is now"
+            ) from None
         raise ConfigError(f"{what}: it is not JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != "codedgd.results.v1":
         raise ConfigError(f"{what}: it has no format codedgd.results.v1")

@@ -150,6 +150,9 @@ async def watch_job(
     except (KeyboardInterrupt, asyncio.CancelledError):
         error = "interrupted (only the watch stopped: the job runs on)"
         raise
+    except BaseException as exc:  # the coordinator went away, or anything else: say so
+        error = f"the watch was cut short after {len(records)} round(s): {exc}"
+        raise
     finally:
         bar.close()
         if output is not None:

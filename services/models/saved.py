@@ -24,8 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from codedgd.services.errors import ConfigError, DataError
+from codedgd.services.files import atomic_open
 
 FORMAT = "codedgd.model.v1"
 
@@ -107,18 +106,9 @@ class SavedModel:
 def save_model(path: str | Path, saved: SavedModel) -> Path:
     """Write ``saved`` to ``path`` (.npz) atomically; the path written."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     meta = np.array(json.dumps(saved.meta(), allow_nan=False))
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, theta=np.ascontiguousarray(saved.theta, dtype="<f8"), meta=meta)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(target, "wb") as f:
+        np.savez(f, theta=np.ascontiguousarray(saved.theta, dtype="<f8"), meta=meta)
     return target
 
 

@@ -225,8 +225,9 @@ def markdown_table(report: Report) -> str:
     lines = [head, "|" + "---|" * 11]
     for r in report.rows:
         metric = f"{_num(r.final_metric)} {r.metric_name}".strip()
+        mark = " (incomplete)" if r.error else ""
         lines.append(
-            f"| {r.label} | {r.rounds} | {_num(r.mean_round_seconds)} | "
+            f"| {r.label}{mark} | {r.rounds} | {_num(r.mean_round_seconds)} | "
             f"{_num(r.p50_round_seconds)} | {_num(r.p95_round_seconds)} | {_num(r.final_loss)} | "
             f"{metric} | {_num(r.time_to_target)} | "
             f"{r.rounds_to_target if r.rounds_to_target is not None else '–'} | "
@@ -244,7 +245,9 @@ def markdown_table(report: Report) -> str:
     stopped = [r for r in report.rows if r.error]
     if stopped:
         lines.append("")
-        lines.append("Runs that stopped before their last round (rows cover the rounds done):")
+        lines.append(
+            "Incomplete runs, stopped before their last round (rows cover the rounds done):"
+        )
         lines.append("")
         lines.extend(f"- {r.label}: {r.error}" for r in stopped)
     return "\n".join(lines) + "\n"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import WorkerProcesses
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -207,3 +209,90 @@ def _round_gauge(port: int) -> float:
         return -1.0
     line = next((x for x in text.splitlines() if x.startswith("codedgd_round ")), "")
     return float(line.split()[1]) if line else -1.0
+
+
+def test_a_watch_cut_short_by_a_lost_coordinator_says_so(
+    tmp_path: Path, worker_processes: WorkerProcesses
+) -> None:
+    """kill -9 of the coordinator under `submit --watch -o`: the result file holds the
+    rounds seen, its summary names the cut, and `codedgd report` marks the run incomplete."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port, metrics = s.getsockname()[1], _free_port()
+    coordinator = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "codedgd.client.cli",
+            "coordinator",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-port",
+            str(metrics),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    out = tmp_path / "watched.json"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert coordinator.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        worker_processes.start(port, 2)
+        submit = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "codedgd.client.cli",
+                "submit",
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "-n",
+                "2",
+                "-r",
+                "1000000",
+                "--data-opt",
+                "rows=200",
+                "--data-opt",
+                "dim=4",
+                "--watch",
+                "-o",
+                str(out),
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        while _round_gauge(metrics) < 5:
+            assert submit.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        coordinator.kill()
+        _, stderr = submit.communicate(timeout=60)
+    finally:
+        coordinator.kill()
+        coordinator.wait()
+    assert submit.returncode == 2, stderr
+    assert "Traceback" not in stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["rounds"]) >= 5
+    error = doc["summary"]["error"]
+    assert error.startswith(f"the watch was cut short after {len(doc['rounds'])} round(s)")
+    report = codedgd("report", str(out), "-o", str(tmp_path / "report"), "--no-figures")
+    assert report.returncode == 0, report.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "(incomplete)" in md and "the watch was cut short" in md
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

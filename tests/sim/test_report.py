@@ -169,6 +169,19 @@ def test_a_run_that_stopped_early_is_named_with_its_error(
     md = files.markdown.read_text()
     assert f"- cyclic(s=1): {error}" in md
     assert md.count("stopped before their last round") == 1  # the finished runs are not
+    assert md.count("(incomplete)") == 1 and "| cyclic(s=1) (incomplete) | 3 |" in md
     rows = {r["label"]: r for r in json.loads(files.json.read_text())["runs"]}
     assert rows["cyclic(s=1)"]["error"] == error and rows["cyclic(s=1)"]["rounds"] == 3
     assert rows["uncoded"]["error"] == ""
+
+
+def test_a_result_file_cut_short_is_named_as_such(result_files: list[Path], tmp_path: Path) -> None:
+    whole = result_files[0].read_text()
+    cut = tmp_path / "cut.json"
+    cut.write_text(whole[: len(whole) // 2])
+    with pytest.raises(ConfigError, match="is cut short: its JSON ends unfinished"):
+        load_runs([cut])
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("not json at all")
+    with pytest.raises(ConfigError, match="it is not JSON"):
+        load_runs([garbage])
