@@ -37,7 +37,7 @@ class CoordinatorUnavailable(CodedGDError):
 @dataclass(frozen=True)
 class JobState:
     job_id: str
-    state: str  # queued | assigning | running | done | failed | diverged | cancelled
+    state: str  # queued | assigning | running | done | failed | diverged | cancelled | interrupted
     round: int
     rounds: int
     error: str

@@ -98,18 +98,18 @@ def write_results(
         # JSON has no NaN or infinity (an AUC over a one-class test set is NaN, a diverging
         # run's residual may be inf): they are written as null, as a missing loss is.
         with atomic_open(p) as fh:
-            fh.write(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
+            fh.write(json.dumps(json_safe(doc), indent=1, allow_nan=False) + "\n")
     return p
 
 
-def _finite(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """``value`` with every NaN and ±inf float, however deeply nested, replaced by None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 

@@ -40,9 +40,25 @@ def add_parsers(sub: Any) -> None:
         help="seconds a job waits for enough workers (default 120)",
     )
     p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="keep jobs, their round records, checkpoints and trained models here; a "
+        "coordinator restarted on the same directory resumes unfinished jobs from their "
+        "last checkpoint (default: none, nothing survives a restart)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=10,
+        metavar="ROUNDS",
+        help="with --state-dir, checkpoint a running job every this many rounds, and at "
+        "SIGTERM (default 10)",
+    )
+    p.add_argument(
         "--run-default-job",
         action="store_true",
-        help="submit the job given by the job flags at start (also with --config)",
+        help="submit the job given by the job flags at start (also with --config); with "
+        "--state-dir, only when the directory holds no job yet",
     )
     add_job_arguments(p)
     add_security_arguments(p, server=True)
@@ -53,7 +69,9 @@ def add_parsers(sub: Any) -> None:
         help="serve as a worker",
         epilog=EPILOG,
         description="Dial a coordinator and compute the rounds it assigns; "
-        "reconnects with backoff until the coordinator says Shutdown.",
+        "reconnects with backoff (up to 10 s apart) whenever the stream ends, also when the "
+        "coordinator shuts down, until the worker is stopped or refused for good "
+        "(--no-reconnect: leave when the stream ends).",
     )
     p.add_argument(
         "--coordinator", default=DEFAULT_ADDRESS, help=f"host:port (default {DEFAULT_ADDRESS})"
@@ -112,13 +130,23 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port,
             data_dir=args.data_dir,
             assign_timeout=args.assign_timeout,
+            state_dir=args.state_dir,
+            checkpoint_every=args.checkpoint_every,
         )
+        kept = server.service.jobs
+        if kept:
+            resuming = [j.id for j in kept.values() if not j.finished]
+            print(
+                f"state directory {args.state_dir}: {len(kept)} job(s) read back, "
+                f"{len(resuming)} to resume" + (f" ({', '.join(resuming)})" if resuming else ""),
+                flush=True,
+            )
         print(
             f"coordinator listening on {args.listen} (port {server.port})"
             + (f", metrics on :{server.metrics_port}/metrics" if server.metrics_port else ""),
             flush=True,
         )
-        if job is not None:
+        if job is not None and not kept:
             try:
                 run = server.service.submit(job)
             except CodedGDError:

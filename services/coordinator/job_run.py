@@ -31,19 +31,26 @@ from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.places import Places
 from codedgd.services.coordinator.replacement import Replacer, log_crash, stop_replacer
 from codedgd.services.coordinator.rounds import RoundLoop
-from codedgd.services.coordinator.sessions import Sessions, WorkerSession
+from codedgd.services.coordinator.sessions import Sessions, WorkerSession, reject
+from codedgd.services.coordinator.state import JobStore
 from codedgd.services.errors import CodedGDError, Diverged
 from codedgd.services.job import JobConfig
+from codedgd.services.job.checkpoint import Checkpoint
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.prepare import Prepared, prepare
+from codedgd.services.job.trained import trained_model
 from codedgd.services.messages import printable
+from codedgd.services.models.saved import save_model
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import RoundRecord
 from codedgd.services.wire import DEFAULT_CHUNK_BYTES, BufferPool
 
 log = logging.getLogger("codedgd.coordinator")
-# How a job can end: "diverged" is a failure of the descent itself (see Descent).
-FINAL_STATES = ("done", "failed", "diverged", "cancelled")
+# How a job can end: "diverged" is a failure of the descent itself (see Descent);
+# "interrupted" by this coordinator's shutdown, which a coordinator started on the same
+# state directory resumes.
+FINAL_STATES = ("done", "failed", "diverged", "cancelled", "interrupted")
+DEFAULT_CHECKPOINT_EVERY = 10
 # A job's outcome, for an operator's log; `codedgd run` reports it itself and mutes this.
 outcome_log = logging.getLogger("codedgd.coordinator.outcome")
 
@@ -64,6 +71,14 @@ class JobRun:
     round: int = 0
     records: list[RoundRecord] = field(default_factory=list)
     on_record: Callable[[RoundRecord], None] | None = None
+    # The state directory's files of this job (None: nothing is kept on disk), the job's
+    # place in submission order, how often it checkpoints, and where it resumes from.
+    store: JobStore | None = None
+    order: int = 0
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
+    resume: Checkpoint | None = None
+    interrupted: bool = False  # set by the coordinator's shutdown: resume later
+    stored_theta: np.ndarray | None = None  # a finished job read back: its model's θ
     places: Places = field(init=False)
     inbox: Inbox = field(init=False)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -119,7 +134,7 @@ class JobRun:
         session = self.places[index]
         log.warning("job %s: throwing out %s: %s", self.id, session.label, reason)
         self.metrics.stragglers.labels("rejected").inc()
-        session.send(pb.CoordinatorMessage(reject=pb.Reject(reason=f"bad message: {reason}")))
+        session.send(reject(f"bad message: {reason}", retry=True))
         self.lose(session, f"sent a result it could not use: {reason}")
         session.close()
 
@@ -167,7 +182,9 @@ class JobRun:
     def theta(self) -> np.ndarray | None:
         """θ after the last round stepped (None before the first)."""
         descent = self._descent
-        return descent.theta if descent is not None and descent.steps else None
+        if descent is not None and descent.steps:
+            return descent.theta
+        return self.stored_theta
 
     @property
     def finished(self) -> bool:
@@ -175,14 +192,21 @@ class JobRun:
 
     # ------------------------------------------------------------ the job
 
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        if self.store is not None:
+            try:
+                self.store.save_job(self.order, self.config, state, self.error)
+            except OSError as exc:
+                log.error("job %s: cannot write its state (%s): %s", self.id, state, exc)
+        self._publish()
+
     async def run(self) -> None:
         try:
-            self.state = "assigning"
-            self._publish()
+            self._set_state("assigning")
             prepared = await asyncio.to_thread(prepare, self.config, self.data_dir)
             assigner = await self._assign(prepared)
-            self.state = "running"
-            self._publish()
+            self._set_state("running")
             replacer = Replacer(self.sessions, self.places, self.inbox, assigner, self.metrics)
             replacing = asyncio.create_task(replacer.run())
             replacing.add_done_callback(log_crash)
@@ -194,8 +218,13 @@ class JobRun:
                 raise asyncio.CancelledError
             self.state = "done"
         except asyncio.CancelledError:
-            self.state = "cancelled"
-            self.error = self.error or "cancelled by a client"
+            if self.interrupted:
+                self.state = "interrupted"
+                self.error = self._interrupt()
+                outcome_log.warning("job %s %s", self.id, self.error)
+            else:
+                self.state = "cancelled"
+                self.error = self.error or "cancelled by a client"
         except Diverged as exc:
             self.state = "diverged"
             self.error = str(exc)
@@ -211,7 +240,41 @@ class JobRun:
         finally:
             self.places.release(self.state)
             self.metrics.jobs.labels(self.state).inc()
+            self._keep_outcome()
             self._publish()
+
+    def _interrupt(self) -> str:
+        """The coordinator is shutting down mid-job: checkpoint where the rounds stand."""
+        descent, store = self._descent, self.store
+        if store is None:
+            return "interrupted: the coordinator shut down (without --state-dir, for good)"
+        where = "from its last checkpoint"
+        # Consistent only between rounds: every step taken has its record.
+        if descent is not None and descent.steps and descent.steps == len(self.records):
+            t = len(self.records) - 1
+            try:
+                store.checkpoint(Checkpoint(self.id, t, descent.state()))
+                where = f"at round {t + 1}"
+            except OSError as exc:
+                log.error("job %s: cannot write its checkpoint: %s", self.id, exc)
+        return (
+            "interrupted: the coordinator shut down; a coordinator started on the same "
+            f"--state-dir resumes it {where}"
+        )
+
+    def _keep_outcome(self) -> None:
+        """Write how the job ended, and its model, to the state directory."""
+        store = self.store
+        if store is None:
+            return
+        store.close()
+        try:
+            store.save_job(self.order, self.config, self.state, self.error)
+            theta = self.theta
+            if theta is not None and self.state != "interrupted":
+                save_model(store.model_path, trained_model(self.config, theta, self.records))
+        except OSError as exc:
+            log.error("job %s: cannot write its outcome to the state directory: %s", self.id, exc)
 
     async def _assign(self, prepared: Prepared) -> Assigner:
         """Ship the job to n idle workers; the Assigner then serves replacements too."""
@@ -239,14 +302,35 @@ class JobRun:
             self.id, self.config, self.places, self.inbox, plane, self.metrics, self.throw_out
         )
         descent = self._descent = Descent(self.config, prepared)
+        store, start, wall = self.store, 0, 0.0
+        if self.resume is not None:
+            descent.load_state(self.resume.state)
+            start = self.resume.round + 1
+            wall = self.records[-1].wall_seconds if self.records else 0.0
+            log.info("job %s resumes at round %d from its checkpoint", self.id, start)
+        if store is not None:
+            store.truncate_records(self.records)  # exactly the rounds kept
 
         def on_round(t: int) -> None:
             self.round = t
 
         def on_record(record: RoundRecord) -> None:
             self.records.append(record)
+            if store is not None:
+                store.append_record(record)
             if self.on_record is not None:
                 self.on_record(record)
             self._publish()
 
-        await loop.run(descent, on_round, on_record)
+        async def after_round(t: int) -> None:
+            if (
+                store is not None
+                and (t + 1) % self.checkpoint_every == 0
+                and t + 1 < self.config.rounds
+            ):
+                checkpoint = Checkpoint(self.id, t, descent.state())
+                await asyncio.to_thread(store.checkpoint, checkpoint)
+
+        await loop.run(
+            descent, on_round, on_record, start=start, wall=wall, after_round=after_round
+        )

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -91,11 +91,17 @@ class RoundLoop:
         descent: Descent,
         on_round: Callable[[int], None],
         on_record: Callable[[RoundRecord], None],
+        *,
+        start: int = 0,
+        wall: float = 0.0,
+        after_round: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
-        """Every round of the job, until job.rounds or job.target_loss.
+        """Rounds ``start``, ``start`` + 1, ... of the job, until job.rounds or job.target_loss.
 
         ``on_round(t)`` is called as round t starts, ``on_record`` with each round's record
-        (θ after the round is ``descent.theta`` then).
+        (θ after the round is ``descent.theta`` then), ``after_round(t)`` after it (a
+        checkpoint). A resumed job starts past 0, its descent restored and ``wall`` the
+        training seconds of the rounds before.
         """
         cfg = self.config
         prepared = descent.prepared
@@ -105,7 +111,6 @@ class RoundLoop:
         wait_hist = self.metrics.wait_duration.labels(policy.name)
         decode_hist = self.metrics.decode_duration.labels(policy.name)
         rounds_done = self.metrics.rounds.labels(policy.name)
-        wall = 0.0
         self.metrics.job_info.info(
             {
                 "policy": policy.name,
@@ -115,7 +120,7 @@ class RoundLoop:
             }
         )
         await asyncio.to_thread(descent.evaluate_start)  # the yardstick of divergence
-        for t in range(cfg.rounds):
+        for t in range(start, cfg.rounds):
             on_round(t)
             self.metrics.round.set(t)
             point = descent.point()
@@ -157,6 +162,8 @@ class RoundLoop:
             decode_hist.observe(out.decode_seconds)
             rounds_done.inc()
             on_record(record)
+            if after_round is not None:
+                await after_round(t)
             if descent.reached_target(loss):
                 log.info("job %s reached target loss %.6g at round %d", self.job_id, loss, t)
                 break

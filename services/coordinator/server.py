@@ -14,6 +14,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -28,8 +29,10 @@ from codedgd.services.address import (
     parse_address,
     serve_metrics,
 )
+from codedgd.services.coordinator.job_run import DEFAULT_CHECKPOINT_EVERY
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.service import CoordinatorService
+from codedgd.services.coordinator.state import StateDir
 from codedgd.services.errors import ConfigError
 from codedgd.services.framing import frame_reader, to_wire
 from codedgd.services.proto import codedgd_pb2 as pb
@@ -121,6 +124,8 @@ class CoordinatorServer:
         metrics_address: str = "0.0.0.0",
         data_dir: str | None = None,
         assign_timeout: float = 120.0,
+        state_dir: str | Path | None = None,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> CoordinatorServer:
         """Bind, start serving and return the coordinator.
 
@@ -144,6 +149,11 @@ class CoordinatorServer:
                     f"--metrics-port {metrics_port} is the port of --listen {address}; "
                     "choose another --metrics-port"
                 )
+        if checkpoint_every < 1:
+            raise ConfigError(
+                f"--checkpoint-every {checkpoint_every}: give a number of rounds >= 1"
+            )
+        state = StateDir(state_dir) if state_dir is not None else None
         metrics = CoordinatorMetrics()
         closers: list[Any] = []
         bound_metrics: int | None = None
@@ -152,7 +162,11 @@ class CoordinatorServer:
             closers.append(http_server)
             bound_metrics = int(http_server.server_address[1])
         service = CoordinatorService(
-            metrics=metrics, data_dir=data_dir, assign_timeout=assign_timeout
+            metrics=metrics,
+            data_dir=data_dir,
+            assign_timeout=assign_timeout,
+            state_dir=state,
+            checkpoint_every=checkpoint_every,
         )
         server: aio.Server | None = None
         try:

@@ -20,9 +20,10 @@ import numpy as np
 from grpc import aio
 
 from codedgd.services.coordinator.dataplane import check_topology
-from codedgd.services.coordinator.job_run import JobRun
+from codedgd.services.coordinator.job_run import DEFAULT_CHECKPOINT_EVERY, JobRun
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
-from codedgd.services.coordinator.sessions import Sessions, WorkerSession
+from codedgd.services.coordinator.sessions import Sessions, WorkerSession, reject
+from codedgd.services.coordinator.state import UNFINISHED, StateDir
 from codedgd.services.errors import CodedGDError, ConfigError, NonFiniteError, WireError
 from codedgd.services.framing import Frame
 from codedgd.services.job import JobConfig
@@ -34,6 +35,7 @@ from codedgd.services.messages import (
     printable,
     record_to_pb,
 )
+from codedgd.services.models.saved import load_model
 from codedgd.services.proto import codedgd_pb2 as pb
 
 log = logging.getLogger("codedgd.coordinator")
@@ -54,8 +56,13 @@ class CoordinatorService:
         data_dir: str | None = None,
         assign_timeout: float = 120.0,
         chunk_bytes: int | None = None,
+        state_dir: StateDir | None = None,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> None:
         self.metrics = metrics or CoordinatorMetrics()
+        self.state_dir = state_dir
+        self.checkpoint_every = checkpoint_every
+        self._order = state_dir.next_order() if state_dir is not None else 0
         self.data_dir = data_dir
         self.assign_timeout = assign_timeout
         self.chunk_bytes = chunk_bytes
@@ -71,7 +78,30 @@ class CoordinatorService:
 
     def start(self) -> None:
         if self._loop_task is None:
+            self._restore()
             self._loop_task = asyncio.create_task(self._job_loop())
+
+    def _restore(self) -> None:
+        """Read the state directory's jobs back; queue the unfinished ones again."""
+        if self.state_dir is None:
+            return
+        for stored in self.state_dir.load()[-MAX_KEPT_JOBS:]:
+            job = self._job(stored.id, stored.config, stored.order)
+            job.records = list(stored.records)
+            job.round = len(job.records)
+            if stored.state in UNFINISHED:
+                job.resume = stored.checkpoint
+                self._queue.put_nowait(job)
+                at = stored.checkpoint.round + 1 if stored.checkpoint is not None else 0
+                log.info("job %s (%s) will resume at round %d", job.id, stored.state, at)
+            else:
+                job.state, job.error = stored.state, stored.error
+                if job.store is not None and job.store.model_path.exists():
+                    try:
+                        job.stored_theta = load_model(job.store.model_path).theta
+                    except CodedGDError as exc:
+                        log.warning("job %s: its model cannot be read back: %s", job.id, exc)
+            self.jobs[job.id] = job
 
     async def stop(self, reason: str = "coordinator shutting down") -> None:
         """Cancel the running job and tell every worker to leave."""
@@ -81,9 +111,12 @@ class CoordinatorService:
         if self._current_task is not None and not self._current_task.done():
             if self._current is not None:  # watchers learn why, not "cancelled by a client"
                 self._current.error = self._current.error or f"cancelled: {reason}"
+                # With a state directory the job is not over: it checkpoints and resumes.
+                self._current.interrupted = self.state_dir is not None
             self._current_task.cancel()
             await asyncio.gather(self._current_task, return_exceptions=True)
-        bye = pb.CoordinatorMessage(shutdown=pb.Shutdown(reason=reason))
+        restarting = self.state_dir is not None
+        bye = pb.CoordinatorMessage(shutdown=pb.Shutdown(reason=reason, restarting=restarting))
         for s in self.sessions.all():
             s.send(bye)
             s.close()
@@ -101,26 +134,26 @@ class CoordinatorService:
     def submit(self, config: JobConfig) -> JobRun:
         """Validate and queue a job (also the in-process entry point of `codedgd run`)."""
         _validate(config, self.data_dir)
-        job_id = uuid.uuid4().hex[:12]
-        kwargs: dict[str, Any] = {}
-        if self.chunk_bytes:
-            kwargs["chunk_bytes"] = self.chunk_bytes
-        job = JobRun(
-            job_id,
-            config,
-            self.sessions,
-            self.metrics,
-            data_dir=self.data_dir,
-            assign_timeout=self.assign_timeout,
-            **kwargs,
-        )
-        self.jobs[job_id] = job
+        job = self._job(uuid.uuid4().hex[:12], config, self._order)
+        self._order += 1
+        if job.store is not None:
+            try:
+                job.store.save_job(job.order, config, "queued")
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot keep the job in the state directory "
+                    f"{self.state_dir.path if self.state_dir else ''}: {exc.strerror or exc}"
+                ) from None
+        self.jobs[job.id] = job
         while len(self.jobs) > MAX_KEPT_JOBS:
             oldest = next(iter(self.jobs))
             if not self.jobs[oldest].finished:
                 break
             del self.jobs[oldest]
+            if self.state_dir is not None:
+                self.state_dir.forget(oldest)
         self._queue.put_nowait(job)
+        job_id = job.id
         log.info(
             "job %s queued: policy %s, %d workers, %d rounds",
             job_id,
@@ -129,6 +162,23 @@ class CoordinatorService:
             config.rounds,
         )
         return job
+
+    def _job(self, job_id: str, config: JobConfig, order: int) -> JobRun:
+        kwargs: dict[str, Any] = {}
+        if self.chunk_bytes:
+            kwargs["chunk_bytes"] = self.chunk_bytes
+        return JobRun(
+            job_id,
+            config,
+            self.sessions,
+            self.metrics,
+            data_dir=self.data_dir,
+            assign_timeout=self.assign_timeout,
+            store=self.state_dir.job(job_id) if self.state_dir is not None else None,
+            order=order,
+            checkpoint_every=self.checkpoint_every,
+            **kwargs,
+        )
 
     def cancel(self, job_id: str) -> bool:
         job = self.jobs.get(job_id)
@@ -154,26 +204,25 @@ class CoordinatorService:
         except (StopAsyncIteration, TimeoutError):
             return
         if isinstance(frame, WireError):
-            yield pb.CoordinatorMessage(reject=pb.Reject(reason=f"bad message: {frame}"))
+            yield reject(f"bad message: {frame}", retry=True)
             return
         first = frame.message
         if first.WhichOneof("kind") != "hello" or first.hello.protocol != PROTOCOL:
             got = first.hello.protocol if first.HasField("hello") else first.WhichOneof("kind")
-            yield pb.CoordinatorMessage(
-                reject=pb.Reject(
-                    reason=f"expected Hello with protocol {PROTOCOL!r}, got {got!r}: "
-                    "upgrade the worker to the coordinator's version"
-                )
+            yield reject(
+                f"expected Hello with protocol {PROTOCOL!r}, got {got!r}: "
+                "upgrade the worker to the coordinator's version",
+                retry=False,
             )
             return
         if self._stopping:
-            yield pb.CoordinatorMessage(reject=pb.Reject(reason="coordinator is shutting down"))
+            yield reject("coordinator is shutting down", retry=True)
             return
         hello = first.hello
         refused = check_worker_name(hello.name) or check_peer_address(hello.peer_address)
         if refused is not None:
             log.warning("refusing a worker from %s: %s", context.peer(), refused)
-            yield pb.CoordinatorMessage(reject=pb.Reject(reason=refused))
+            yield reject(refused, retry=False)
             return
         session = self.sessions.new(
             hello.name or context.peer(), context.peer(), hello.has_data_dir, hello.peer_address
@@ -228,7 +277,7 @@ class CoordinatorService:
             log.warning("rejecting %s: %s", session.label, exc)
             reason = "non_finite" if isinstance(exc, NonFiniteError) else "rejected"
             self.metrics.stragglers.labels(reason).inc()
-            session.send(pb.CoordinatorMessage(reject=pb.Reject(reason=f"bad message: {exc}")))
+            session.send(reject(f"bad message: {exc}", retry=True))
             job = self._job_of(session)
             if job is not None:
                 job.lose(session, f"sent a bad message: {exc}")
@@ -281,6 +330,8 @@ class CoordinatorService:
             await context.abort(grpc.StatusCode.ABORTED, job.error)
         elif job.state == "cancelled":
             await context.abort(grpc.StatusCode.CANCELLED, job.error)
+        elif job.state == "interrupted":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, job.error)
 
     async def GetStatus(
         self, request: pb.StatusRequest, context: aio.ServicerContext

@@ -120,3 +120,8 @@ class Sessions:
         async with self._changed:
             await self._changed.wait_for(lambda: bool(ready()))
         return ready()[0]
+
+
+def reject(reason: str, *, retry: bool) -> pb.CoordinatorMessage:
+    """A Reject: ``retry`` says whether trying again later may succeed (see the .proto)."""
+    return pb.CoordinatorMessage(reject=pb.Reject(reason=reason, retry=retry))

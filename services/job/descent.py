@@ -15,6 +15,8 @@ agree bit for bit.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -106,6 +108,28 @@ class Descent:
             f"descent diverged. Use a smaller step size (this job's is {self.prepared.lr:g}; "
             "--lr auto picks 1/L)"
         )
+
+    # ------------------------------------------------------------ checkpoints
+
+    def state(self) -> dict[str, Any]:
+        """What resuming after the last step needs (see :mod:`.checkpoint`); arrays are
+        copies or read-only, so the state can be written out while rounds go on."""
+        return {
+            "optimizer": self.optimizer.state(),
+            "steps": self.steps,
+            "start_loss": self.start_loss,
+            "last_loss": self.last_loss,
+            "policy": self.prepared.policy.state(),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state` of the same job (prepared from the same config)."""
+        self.optimizer.load_state(state["optimizer"])
+        self.steps = int(state["steps"])
+        start, last = state["start_loss"], state["last_loss"]
+        self.start_loss = None if start is None else float(start)
+        self.last_loss = None if last is None else float(last)
+        self.prepared.policy.load_state(state["policy"])
 
     def reached_target(self, loss: float) -> bool:
         target = self.config.target_loss

@@ -27,7 +27,7 @@ import numpy as np
 
 from codedgd.services.codes.tree import TreeShape
 from codedgd.services.compute.ring import reduced_segment, segments
-from codedgd.services.errors import PlanError, WorkerFault
+from codedgd.services.errors import ConfigError, PlanError, WorkerFault
 
 
 @dataclass(frozen=True)
@@ -231,6 +231,23 @@ class Policy(ABC):
         the rest of a group once its first member arrived). Default: none.
         """
         return frozenset()
+
+    def state(self) -> dict[str, Any]:
+        """What the policy remembers across rounds, for a checkpoint (arrays copied).
+
+        Default: nothing; a policy whose rounds are independent given its plan and seed
+        (every exact and approximate code here) has no state. The lazy policies keep
+        each unit's last message and θ history.
+        """
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state` of this policy with the same plan, after :meth:`bind`."""
+        if state:
+            raise ConfigError(
+                f"{self.name} keeps no state across rounds, but the checkpoint holds "
+                f"{sorted(state)}: it is another policy's"
+            )
 
     def bind(self, context: JobContext) -> None:  # noqa: B027 - optional hook
         """Called once after :meth:`plan` when the data is loaded (default: nothing)."""

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from abc import ABC
 from collections import deque
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -113,6 +115,43 @@ class LazyPolicy(Policy, ABC):
 
     def bind(self, context: JobContext) -> None:
         self._context = context
+
+    def state(self) -> dict[str, Any]:
+        """Each unit's last message and the θ it was taken at, the θ history, counters."""
+        history = self.history
+
+        def copy(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a.copy()
+
+        return {
+            "t": self._t,
+            "latest": copy(self._latest),
+            "has": self._has.copy(),
+            "theta_hat": copy(self._theta_hat),
+            "moves": list(history._moves),
+            "previous": copy(history._previous),
+            "uploads_total": self.uploads_total,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        latest, theta_hat = state["latest"], state["theta_hat"]
+        has = np.asarray(state["has"], dtype=bool)
+        if latest is not None and (
+            latest.ndim != 2 or latest.shape[0] != self._units or has.shape != (self._units,)
+        ):
+            raise ConfigError(
+                f"{self.name}: the checkpoint holds messages of {latest.shape[0]} units, "
+                f"this plan has {self._units}"
+            )
+        self._t = int(state["t"])
+        self._latest = None if latest is None else np.array(latest, dtype=np.float64)
+        self._theta_hat = None if theta_hat is None else np.array(theta_hat, dtype=np.float64)
+        self._has = has.copy()
+        self.history._moves.clear()
+        self.history._moves.extend(float(m) for m in state["moves"])
+        previous = state["previous"]
+        self.history._previous = None if previous is None else np.array(previous, np.float64)
+        self.uploads_total = int(state["uploads_total"])
 
     def _ctx(self) -> JobContext:
         if self._context is None:

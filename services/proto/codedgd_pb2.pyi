@@ -46,10 +46,12 @@ class Welcome(_message.Message):
     def __init__(self, worker_name: _Optional[str] = ..., coordinator_version: _Optional[str] = ...) -> None: ...
 
 class Reject(_message.Message):
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "retry")
     REASON_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
     reason: str
-    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+    retry: bool
+    def __init__(self, reason: _Optional[str] = ..., retry: _Optional[bool] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("job_id", "worker_index", "n_workers", "job_json", "partitions", "coefficients", "chunks", "dim", "inline_data", "options", "n_partitions", "replacement", "topology")
@@ -222,10 +224,12 @@ class JobEnd(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Shutdown(_message.Message):
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "restarting")
     REASON_FIELD_NUMBER: _ClassVar[int]
+    RESTARTING_FIELD_NUMBER: _ClassVar[int]
     reason: str
-    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+    restarting: bool
+    def __init__(self, reason: _Optional[str] = ..., restarting: _Optional[bool] = ...) -> None: ...
 
 class PeerFailure(_message.Message):
     __slots__ = ("job_id", "round", "peer", "reason")

@@ -7,8 +7,12 @@ heartbeats, one outgoing queue) and hands each message to the job's
 :class:`~codedgd.services.worker.rounds.Rounds`, which takes the assignment
 (:mod:`.assignment`) and computes the rounds.
 
-The connection is retried with exponential backoff (capped, with jitter) until the
-coordinator says Shutdown or the process is stopped.
+The connection is retried with exponential backoff (capped at ``max_backoff``, with
+jitter) until the process is stopped: a lost stream, a coordinator that shut down (it
+may restart on its state directory) and a refusal for now (``Reject.retry``) all lead to
+another try. Only a refusal that would repeat (wrong protocol, a forbidden name, a bad
+token) ends the worker. With ``reconnect=False`` (``--no-reconnect``) the worker leaves
+when its stream ends.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ _coordinator_frame = frame_reader(pb.CoordinatorMessage, COORDINATOR_TENSOR_PATH
 
 class Rejected(CodedGDError):
     """The coordinator refused this worker; retrying would not help."""
+
+
+class _RetryLater(Exception):
+    """The coordinator closed this stream for now (Reject.retry, Shutdown)."""
 
 
 class CoordinatorLost(CodedGDError):
@@ -184,6 +192,10 @@ class WorkerAgent:
                 await self._session()
             except Rejected:
                 raise
+            except _RetryLater as exc:
+                if not self.options.reconnect:
+                    raise Rejected(str(exc)) from None
+                log.info("%s: reconnecting to %s", exc, self.options.coordinator)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                     raise Rejected(exc.details() or "unauthenticated") from None
@@ -300,6 +312,8 @@ class WorkerAgent:
         if kind == "welcome":
             log.info("connected to %s as %s", self.options.coordinator, message.welcome.worker_name)
         elif kind == "reject":
+            if message.reject.retry:
+                raise _RetryLater(f"refused for now: {message.reject.reason}")
             raise Rejected(message.reject.reason)
         elif kind == "assignment":
             self.rounds.start_job(message.assignment)
@@ -320,10 +334,16 @@ class WorkerAgent:
         elif kind == "job_end":
             self.rounds.end_job(message.job_end.job_id)
         elif kind == "shutdown":
-            log.info("coordinator asked to shut down: %s", message.shutdown.reason)
-            self._stop.set()
-            self._out.put_nowait(None)
-            return False
+            shutdown = message.shutdown
+            if not self.options.reconnect:
+                log.info("the coordinator shut down (%s): leaving", shutdown.reason)
+                self._stop.set()
+                self._out.put_nowait(None)
+                return False
+            raise _RetryLater(
+                f"the coordinator shut down ({shutdown.reason})"
+                + ("; it keeps its jobs and restarts" if shutdown.restarting else "")
+            )
         return True
 
 

@@ -1,0 +1,221 @@
+"""A coordinator with --state-dir loses nothing when it dies: jobs resume exactly.
+
+The coordinator runs as its own process; kill -9 (or SIGTERM) takes it down mid-job,
+a new one starts on the same state directory, the workers (reconnecting with backoff)
+are assigned again, and the job ends where an uninterrupted run of it ends: the same
+loss every round and the same θ, bit for bit (policies whose rounds are deterministic
+given the seed: frc's group sums and lag-ps's lazy sum do not depend on arrival order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codedgd.client.api import Client
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.records import RoundRecord
+from tests.conftest import ROOT, WorkerProcesses
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class CoordinatorProcess:
+    def __init__(self, state_dir: Path, every: int = 5) -> None:
+        self.state_dir, self.every = state_dir, every
+        self.port, self.metrics = _port(), _port()
+        self.proc: subprocess.Popen[str] | None = None
+        self.logs: list[str] = []
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "codedgd.client.cli",
+                "coordinator",
+                "--listen",
+                self.target,
+                "--metrics-port",
+                str(self.metrics),
+                "--state-dir",
+                str(self.state_dir),
+                "--checkpoint-every",
+                str(self.every),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                assert self.proc.poll() is None, self.finish()
+                assert time.monotonic() < deadline, "the coordinator did not start"
+                time.sleep(0.1)
+
+    def round(self) -> float:
+        try:
+            url = f"http://127.0.0.1:{self.metrics}/metrics"
+            with urllib.request.urlopen(url, timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            return -1.0
+        line = next((x for x in text.splitlines() if x.startswith("codedgd_round ")), "")
+        return float(line.split()[1]) if line else -1.0
+
+    def wait_round(self, t: int) -> None:
+        deadline = time.monotonic() + 120
+        while self.round() < t:
+            assert self.proc is not None and self.proc.poll() is None, self.finish()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.finish()
+
+    def finish(self) -> str:
+        if self.proc is not None:
+            try:
+                out, _ = self.proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                out, _ = self.proc.communicate()
+            self.logs.append(out or "")
+            self.proc = None
+        return "\n".join(self.logs)
+
+
+@pytest.fixture
+def coordinators(tmp_path: Path) -> Iterator[list[CoordinatorProcess]]:
+    made: list[CoordinatorProcess] = []
+    yield made
+    for c in made:
+        if c.proc is not None:
+            c.proc.kill()
+            c.finish()
+
+
+def _config(policy: Component) -> JobConfig:
+    return JobConfig(
+        workers=4,
+        rounds=30,
+        seed=3,
+        eval_every=1,
+        data=Component("synthetic", {"rows": 400, "dim": 6}),
+        policy=policy,
+        stragglers=Component("exponential", {"mean": 0.002}),
+    )
+
+
+async def _run(
+    c: CoordinatorProcess,
+    workers: WorkerProcesses,
+    config: JobConfig,
+    kill_at: int | None = None,
+    sig: signal.Signals = signal.SIGKILL,
+) -> tuple[list[RoundRecord], np.ndarray, str]:
+    """The job on coordinator ``c``; with ``kill_at``, ``sig`` takes the coordinator down
+    once that round is running and a new one resumes it. (records, θ, job id)."""
+    c.start()
+    workers.start(c.port, config.workers)
+    async with Client(c.target) as client:
+        job_id = await client.submit(config)
+    if kill_at is not None:
+        await asyncio.to_thread(c.wait_round, kill_at)
+        await asyncio.to_thread(c.signal, sig)
+        await asyncio.to_thread(c.start)
+    async with Client(c.target) as client:
+        records = [r async for r in client.watch(job_id)]
+        model = await client.model(job_id)
+    return records, model.theta, job_id
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [Component("frc", {"s": 1}), Component("lag-ps", {"xi": 1.0})],
+    ids=["frc", "lag-ps"],
+)
+async def test_kill_9_of_the_coordinator_mid_job_resumes_bit_identical(
+    tmp_path: Path,
+    worker_processes: WorkerProcesses,
+    coordinators: list[CoordinatorProcess],
+    policy: Component,
+) -> None:
+    config = _config(policy)
+    straight = CoordinatorProcess(tmp_path / "straight")
+    coordinators.append(straight)
+    expected, theta, _ = await _run(straight, worker_processes, config)
+    worker_processes.stop()
+    killed = CoordinatorProcess(tmp_path / "killed", every=5)
+    coordinators.append(killed)
+    records, resumed, job_id = await _run(killed, worker_processes, config, kill_at=17)
+    killed.signal(signal.SIGTERM)
+    second_life = killed.logs[1]
+    at = int(second_life.split(f"job {job_id} (running) will resume at round ")[1].split()[0])
+    assert at >= 15 and at % 5 == 0  # from the last checkpoint (every 5 rounds) before it died
+    assert [r.round for r in records] == list(range(30))
+    assert [r.loss for r in records] == [r.loss for r in expected]  # bit for bit
+    assert np.array_equal(resumed, theta)
+
+
+async def test_sigterm_checkpoints_the_round_it_stopped_at_and_workers_come_back(
+    tmp_path: Path, worker_processes: WorkerProcesses, coordinators: list[CoordinatorProcess]
+) -> None:
+    config = _config(Component("frc", {"s": 1}))
+    straight = CoordinatorProcess(tmp_path / "straight")
+    coordinators.append(straight)
+    expected, theta, _ = await _run(straight, worker_processes, config)
+    worker_processes.stop()
+    c = CoordinatorProcess(tmp_path / "termed", every=1000)  # no periodic checkpoint
+    coordinators.append(c)
+    records, resumed, _ = await _run(c, worker_processes, config, 12, signal.SIGTERM)
+    first_life = c.logs[0]
+    resumed_at = int(first_life.split("resumes it at round ")[1].split()[0])
+    assert resumed_at >= 12
+    assert [r.loss for r in records] == [r.loss for r in expected]
+    assert np.array_equal(resumed, theta)
+    # The same worker processes served both lives: they reconnected after the Shutdown.
+    assert all(p.poll() is None for p in worker_processes.procs[-config.workers :])
+
+
+async def test_finished_jobs_and_their_models_survive_a_restart(
+    tmp_path: Path, worker_processes: WorkerProcesses, coordinators: list[CoordinatorProcess]
+) -> None:
+    c = CoordinatorProcess(tmp_path / "state")
+    coordinators.append(c)
+    config = _config(Component("uncoded", {}))
+    records, theta, job_id = await _run(c, worker_processes, config)
+    c.signal(signal.SIGTERM)
+    c.start()
+    async with Client(c.target) as client:
+        status = await client.status(job_id)
+        assert status.jobs[0].state == "done" and status.jobs[0].rounds_done == 30
+        assert [r.loss for r in [r async for r in client.watch(job_id)]] == [
+            r.loss for r in records
+        ]
+        assert np.array_equal((await client.model(job_id)).theta, theta)
