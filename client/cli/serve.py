@@ -40,6 +40,15 @@ def add_parsers(sub: Any) -> None:
         help="seconds a job waits for enough workers (default 120)",
     )
     p.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=15.0,
+        metavar="SEC",
+        help="drop a worker heard nothing from (not even a heartbeat) for this long: its "
+        "place goes to a live worker; workers are asked to heartbeat 3 times as often "
+        "(default 15)",
+    )
+    p.add_argument(
         "--state-dir",
         metavar="DIR",
         help="keep jobs, their round records, checkpoints and trained models here; a "
@@ -58,7 +67,7 @@ def add_parsers(sub: Any) -> None:
         "--run-default-job",
         action="store_true",
         help="submit the job given by the job flags at start (also with --config); with "
-        "--state-dir, only when the directory holds no job yet",
+        "--state-dir, not when the directory holds an unfinished job (it resumes instead)",
     )
     add_job_arguments(p)
     add_security_arguments(p, server=True)
@@ -132,10 +141,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             assign_timeout=args.assign_timeout,
             state_dir=args.state_dir,
             checkpoint_every=args.checkpoint_every,
+            worker_timeout=args.worker_timeout,
         )
         kept = server.service.jobs
+        resuming = [j.id for j in kept.values() if not j.finished]
         if kept:
-            resuming = [j.id for j in kept.values() if not j.finished]
             print(
                 f"state directory {args.state_dir}: {len(kept)} job(s) read back, "
                 f"{len(resuming)} to resume" + (f" ({', '.join(resuming)})" if resuming else ""),
@@ -146,7 +156,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             + (f", metrics on :{server.metrics_port}/metrics" if server.metrics_port else ""),
             flush=True,
         )
-        if job is not None and not kept:
+        if job is not None and not resuming:
             try:
                 run = server.service.submit(job)
             except CodedGDError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from codedgd.services.address import (
 )
 from codedgd.services.coordinator.job_run import DEFAULT_CHECKPOINT_EVERY
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
-from codedgd.services.coordinator.service import CoordinatorService
+from codedgd.services.coordinator.service import DEFAULT_WORKER_TIMEOUT, CoordinatorService
 from codedgd.services.coordinator.state import StateDir
 from codedgd.services.errors import ConfigError
 from codedgd.services.framing import frame_reader, to_wire
@@ -126,6 +127,7 @@ class CoordinatorServer:
         assign_timeout: float = 120.0,
         state_dir: str | Path | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
     ) -> CoordinatorServer:
         """Bind, start serving and return the coordinator.
 
@@ -153,6 +155,11 @@ class CoordinatorServer:
             raise ConfigError(
                 f"--checkpoint-every {checkpoint_every}: give a number of rounds >= 1"
             )
+        if not (math.isfinite(worker_timeout) and worker_timeout > 0):
+            raise ConfigError(
+                f"--worker-timeout {worker_timeout:g}: give the seconds (> 0) after which a "
+                "silent worker is dropped"
+            )
         state = StateDir(state_dir) if state_dir is not None else None
         metrics = CoordinatorMetrics()
         closers: list[Any] = []
@@ -167,6 +174,7 @@ class CoordinatorServer:
             assign_timeout=assign_timeout,
             state_dir=state,
             checkpoint_every=checkpoint_every,
+            worker_timeout=worker_timeout,
         )
         server: aio.Server | None = None
         try:

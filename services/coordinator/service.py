@@ -43,6 +43,9 @@ PROTOCOL = "codedgd.v1"
 VERSION = "0.1.0"
 HELLO_TIMEOUT = 10.0
 MAX_KEPT_JOBS = 50
+# A worker unheard for this long is dropped; it is asked to heartbeat 3 times as often.
+DEFAULT_WORKER_TIMEOUT = 15.0
+HEARTBEATS_PER_TIMEOUT = 3
 Incoming = Frame[pb.WorkerMessage] | WireError  # see server._worker_frame
 
 
@@ -58,8 +61,10 @@ class CoordinatorService:
         chunk_bytes: int | None = None,
         state_dir: StateDir | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
     ) -> None:
         self.metrics = metrics or CoordinatorMetrics()
+        self.worker_timeout = worker_timeout
         self.state_dir = state_dir
         self.checkpoint_every = checkpoint_every
         self._order = state_dir.next_order() if state_dir is not None else 0
@@ -72,6 +77,7 @@ class CoordinatorService:
         self._current: JobRun | None = None
         self._current_task: asyncio.Task[None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._watchdog_task: asyncio.Task[None] | None = None
         self._stopping = False
 
     # ------------------------------------------------------------ lifecycle
@@ -80,6 +86,7 @@ class CoordinatorService:
         if self._loop_task is None:
             self._restore()
             self._loop_task = asyncio.create_task(self._job_loop())
+            self._watchdog_task = asyncio.create_task(self._watchdog())
 
     def _restore(self) -> None:
         """Read the state directory's jobs back; queue the unfinished ones again."""
@@ -108,6 +115,8 @@ class CoordinatorService:
         self._stopping = True
         if self._loop_task is not None:
             self._loop_task.cancel()
+        if self._watchdog_task is not None:
+            self._watchdog_task.cancel()
         if self._current_task is not None and not self._current_task.done():
             if self._current is not None:  # watchers learn why, not "cancelled by a client"
                 self._current.error = self._current.error or f"cancelled: {reason}"
@@ -120,6 +129,37 @@ class CoordinatorService:
         for s in self.sessions.all():
             s.send(bye)
             s.close()
+
+    async def _watchdog(self) -> None:
+        """Drop workers that went silent (a hung or SIGSTOPped process, a cut link whose
+        TCP connection has not failed yet): no message, not even a Heartbeat, for
+        ``worker_timeout`` seconds. A job loses them like a disconnected worker, so a
+        live newcomer or spare takes the place; an idle one is never handed a place."""
+        period = self.worker_timeout / HEARTBEATS_PER_TIMEOUT
+        tick = time.monotonic()
+        while True:
+            await asyncio.sleep(period)
+            now, late = time.monotonic(), time.monotonic() - tick - period
+            tick = now
+            if late > period:
+                # This process stalled (swap, a pause): the workers' messages of that
+                # time are still unread, so silence is ours, not theirs. Judge next tick.
+                continue
+            for session in self.sessions.all():
+                silent = now - session.last_seen
+                if session.closed or silent <= self.worker_timeout:
+                    continue
+                reason = (
+                    f"silent for {silent:.1f} s (no heartbeat within --worker-timeout "
+                    f"{self.worker_timeout:g})"
+                )
+                log.warning("dropping %s: %s", session.label, reason)
+                self.metrics.stragglers.labels("silent").inc()
+                job = self._job_of(session)
+                if job is not None:
+                    job.lose(session, reason)
+                self.sessions.remove(session)
+                session.close()
 
     async def _job_loop(self) -> None:
         while True:
@@ -236,7 +276,11 @@ class CoordinatorService:
         reader = asyncio.create_task(self._read(session, requests))
         try:
             yield pb.CoordinatorMessage(
-                welcome=pb.Welcome(worker_name=session.name, coordinator_version=VERSION)
+                welcome=pb.Welcome(
+                    worker_name=session.name,
+                    coordinator_version=VERSION,
+                    heartbeat_seconds=self.worker_timeout / HEARTBEATS_PER_TIMEOUT,
+                )
             )
             while True:
                 message = await session.outbox.get()

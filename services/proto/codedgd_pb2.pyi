@@ -38,12 +38,14 @@ class Hello(_message.Message):
     def __init__(self, name: _Optional[str] = ..., protocol: _Optional[str] = ..., has_data_dir: _Optional[bool] = ..., peer_address: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("worker_name", "coordinator_version")
+    __slots__ = ("worker_name", "coordinator_version", "heartbeat_seconds")
     WORKER_NAME_FIELD_NUMBER: _ClassVar[int]
     COORDINATOR_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     worker_name: str
     coordinator_version: str
-    def __init__(self, worker_name: _Optional[str] = ..., coordinator_version: _Optional[str] = ...) -> None: ...
+    heartbeat_seconds: float
+    def __init__(self, worker_name: _Optional[str] = ..., coordinator_version: _Optional[str] = ..., heartbeat_seconds: _Optional[float] = ...) -> None: ...
 
 class Reject(_message.Message):
     __slots__ = ("reason", "retry")

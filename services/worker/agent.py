@@ -131,6 +131,8 @@ class WorkerAgent:
         self._heard = False  # this session has received a message
         self._ever_heard = False  # any session has
         self._restart_after: float | None = None  # set by a crash (straggler model "crash")
+        self._heartbeat_seconds = options.heartbeat_seconds
+        self._interval_changed = asyncio.Event()
 
     def _send(self, message: RoundOutgoing) -> None:
         """Queue a message on the current session's stream."""
@@ -301,7 +303,12 @@ class WorkerAgent:
 
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(self.options.heartbeat_seconds)
+            try:  # the Welcome may ask for a shorter interval: start that one at once
+                await asyncio.wait_for(self._interval_changed.wait(), self._heartbeat_seconds)
+                self._interval_changed.clear()
+                continue
+            except TimeoutError:
+                pass
             self._out.put_nowait(pb.WorkerMessage(heartbeat=pb.Heartbeat(unix_time=time.time())))
 
     # ------------------------------------------------------------ messages
@@ -310,7 +317,12 @@ class WorkerAgent:
         """React to one message; ``data`` is its tensor chunk's bytes (services/framing.py)."""
         kind = message.WhichOneof("kind")
         if kind == "welcome":
-            log.info("connected to %s as %s", self.options.coordinator, message.welcome.worker_name)
+            welcome = message.welcome
+            log.info("connected to %s as %s", self.options.coordinator, welcome.worker_name)
+            asked = welcome.heartbeat_seconds
+            if asked > 0 and math.isfinite(asked):  # as often as the coordinator asks
+                self._heartbeat_seconds = min(self.options.heartbeat_seconds, max(asked, 0.05))
+                self._interval_changed.set()
         elif kind == "reject":
             if message.reject.retry:
                 raise _RetryLater(f"refused for now: {message.reject.reason}")

@@ -141,7 +141,7 @@ def _teardown(project: str, env: dict[str, str], log_dir: Path) -> None:
         logs = podman("logs", name, check=False)
         (log_dir / f"{name}.log").write_text(logs.stdout + logs.stderr)
     subprocess.run(
-        ["podman-compose", "-p", project, "-f", str(COMPOSE_FILE), "down", "-t", "10"],
+        ["podman-compose", "-p", project, "-f", str(COMPOSE_FILE), "down", "-v", "-t", "10"],
         env=env,
         capture_output=True,
         timeout=300,
@@ -152,6 +152,7 @@ def _teardown(project: str, env: dict[str, str], log_dir: Path) -> None:
     for name in left.stdout.split():
         podman("rm", "-f", "-t", "5", name, check=False)
     podman("network", "rm", "-f", f"{project}_default", check=False)
+    podman("volume", "rm", "-f", f"{project}_coordinator-state", check=False)
     print(f"container logs of {project}: {log_dir}")
 
 
@@ -269,6 +270,38 @@ def test_every_dashboard_query_returns_data(stack: Stack) -> None:
     chart = os.environ.get("CODEDGD_CONTAINERS_CHART")
     if chart:
         save_chart(prom, stack.started, end, ROOT / chart)
+
+
+def test_a_restarted_coordinator_container_resumes_its_job(stack: Stack) -> None:
+    """`podman restart` of the coordinator mid-job (SIGTERM, then a new process on the
+    compose volume): the job resumes from the round it stopped at, the same worker
+    containers reconnect, and it ends done with every round."""
+    # Exponential delays (mean 50 ms) make the 400 rounds last ~30 s: it is mid-job.
+    args = ("-n", "3", "-r", "400", "--stragglers", "exponential", "--straggler-opt", "mean=0.05")
+    submitted = _cli(stack, "submit", *args, token=stack.token)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[0]
+
+    def rounds_done() -> int:
+        status = _cli(stack, "status", job_id, token=stack.token)
+        if status.returncode != 0 or "rounds done" not in status.stdout:
+            return -1
+        return int(status.stdout.split(" rounds done")[0].rsplit(" ", 1)[1].split("/")[0])
+
+    wait_for(
+        lambda: True if rounds_done() >= 20 else None, timeout=180, what="20 rounds of the job"
+    )
+    coordinator = stack.containers("coordinator")[0]
+    podman("restart", "-t", "30", coordinator)
+    wait_for(lambda: True if rounds_done() >= 0 else None, timeout=120, what="it back")
+    watched = _cli(stack, "watch", job_id, "--no-progress", token=stack.token)
+    assert watched.returncode == 0, watched.stderr
+    status = _cli(stack, "status", job_id, token=stack.token)
+    assert f"job {job_id}: done, 400/400 rounds done" in status.stdout, status.stdout
+    logs = podman("logs", coordinator, check=False)
+    text = logs.stdout + logs.stderr  # both lives of the container
+    assert f"job {job_id} interrupted" in text and "resumes it at round" in text
+    assert f"job {job_id} (interrupted) will resume at round" in text
 
 
 def test_sigterm_stops_worker_and_coordinator_cleanly(stack: Stack) -> None:

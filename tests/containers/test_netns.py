@@ -126,6 +126,7 @@ def _ec2_env(path: Path, secrets_dir: Path, **overrides: str) -> dict[str, str]:
     for key, value in read_env_file(path).items():
         value = value.replace("/etc/codedgd/secrets/", f"{secrets_dir}/")
         value = value.replace("/etc/codedgd/jobs/", f"{ROOT}/docker/jobs/")
+        value = value.replace("/var/lib/codedgd/state", f"{secrets_dir.parent}/state")
         env[key] = value
     env.update(overrides)
     return env
