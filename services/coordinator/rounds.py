@@ -131,8 +131,17 @@ class RoundLoop:
             round_s = time.perf_counter() - round_start
             wall += round_s
             loss = metric = math.nan
+            cancelled = False
             if descent.evaluates(t):
-                loss, metric = await asyncio.to_thread(descent.evaluate, t)
+                # The step is taken: a cancel (the coordinator's shutdown) waits for the
+                # evaluation and the round's record, so the records and the descent agree
+                # and a checkpoint taken then is consistent.
+                evaluation = asyncio.ensure_future(asyncio.to_thread(descent.evaluate, t))
+                try:
+                    loss, metric = await asyncio.shield(evaluation)
+                except asyncio.CancelledError:
+                    cancelled = True
+                    loss, metric = await evaluation
                 self.metrics.loss.set(loss)
                 self.metrics.metric.labels(model.metric_name).set(metric)
             record = RoundRecord(
@@ -162,6 +171,8 @@ class RoundLoop:
             decode_hist.observe(out.decode_seconds)
             rounds_done.inc()
             on_record(record)
+            if cancelled:
+                raise asyncio.CancelledError
             if after_round is not None:
                 await after_round(t)
             if descent.reached_target(loss):
