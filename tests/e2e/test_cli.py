@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import WorkerProcesses
+from tests.conftest import CoordinatorProcess, WorkerProcesses
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -216,34 +216,11 @@ def test_a_watch_cut_short_by_a_lost_coordinator_says_so(
 ) -> None:
     """kill -9 of the coordinator under `submit --watch -o`: the result file holds the
     rounds seen, its summary names the cut, and `codedgd report` marks the run incomplete."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port, metrics = s.getsockname()[1], _free_port()
-    coordinator = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "codedgd.client.cli",
-            "coordinator",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--metrics-port",
-            str(metrics),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    coordinator = CoordinatorProcess()
+    port = coordinator.port
     out = tmp_path / "watched.json"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert coordinator.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        coordinator.start()
         worker_processes.start(port, 2)
         submit = subprocess.Popen(
             [
@@ -272,14 +249,14 @@ def test_a_watch_cut_short_by_a_lost_coordinator_says_so(
             text=True,
         )
         deadline = time.monotonic() + 120
-        while _round_gauge(metrics) < 5:
+        while coordinator.round() < 5:
             assert submit.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
-        coordinator.kill()
+        coordinator.signal(signal.SIGKILL)
         _, stderr = submit.communicate(timeout=60)
     finally:
-        coordinator.kill()
-        coordinator.wait()
+        if coordinator.proc is not None:
+            coordinator.signal(signal.SIGKILL)
     assert submit.returncode == 2, stderr
     assert "Traceback" not in stderr
     doc = json.loads(out.read_text())
@@ -290,9 +267,3 @@ def test_a_watch_cut_short_by_a_lost_coordinator_says_so(
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "report" / "report.md").read_text()
     assert "(incomplete)" in md and "the watch was cut short" in md
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

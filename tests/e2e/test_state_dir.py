@@ -11,11 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,89 +20,7 @@ import pytest
 from codedgd.client.api import Client
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.records import RoundRecord
-from tests.conftest import ROOT, WorkerProcesses
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class CoordinatorProcess:
-    def __init__(self, state_dir: Path, every: int = 5) -> None:
-        self.state_dir, self.every = state_dir, every
-        self.port, self.metrics = _port(), _port()
-        self.proc: subprocess.Popen[str] | None = None
-        self.logs: list[str] = []
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "codedgd.client.cli",
-                "coordinator",
-                "--listen",
-                self.target,
-                "--metrics-port",
-                str(self.metrics),
-                "--state-dir",
-                str(self.state_dir),
-                "--checkpoint-every",
-                str(self.every),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                assert self.proc.poll() is None, self.finish()
-                assert time.monotonic() < deadline, "the coordinator did not start"
-                time.sleep(0.1)
-
-    def round(self) -> float:
-        try:
-            url = f"http://127.0.0.1:{self.metrics}/metrics"
-            with urllib.request.urlopen(url, timeout=2) as r:
-                text = r.read().decode()
-        except OSError:
-            return -1.0
-        line = next((x for x in text.splitlines() if x.startswith("codedgd_round ")), "")
-        return float(line.split()[1]) if line else -1.0
-
-    def wait_round(self, t: int) -> None:
-        deadline = time.monotonic() + 120
-        while self.round() < t:
-            assert self.proc is not None and self.proc.poll() is None, self.finish()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-
-    def signal(self, sig: signal.Signals) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        self.finish()
-
-    def finish(self) -> str:
-        if self.proc is not None:
-            try:
-                out, _ = self.proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                out, _ = self.proc.communicate()
-            self.logs.append(out or "")
-            self.proc = None
-        return "\n".join(self.logs)
+from tests.conftest import CoordinatorProcess, WorkerProcesses
 
 
 @pytest.fixture
