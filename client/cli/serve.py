@@ -32,6 +32,13 @@ def add_parsers(sub: Any) -> None:
         "--listen", default="0.0.0.0:50051", help="address to serve gRPC on (default 0.0.0.0:50051)"
     )
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address the metrics endpoint binds (default 127.0.0.1: this host only; "
+        "0.0.0.0 for a Prometheus elsewhere, as the compose file and EC2 layout set; the "
+        "endpoint has no authentication)",
+    )
     p.add_argument("--data-dir", help="directory of the real datasets (default $CODEDGD_DATA_DIR)")
     p.add_argument(
         "--assign-timeout",
@@ -91,6 +98,13 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     p.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address the metrics endpoint binds (default 127.0.0.1: this host only; "
+        "0.0.0.0 for a Prometheus elsewhere, as the compose file and EC2 layout set; the "
+        "endpoint has no authentication)",
+    )
+    p.add_argument(
         "--peer-listen",
         metavar="HOST:PORT",
         help="serve the Peer service here, for jobs whose workers exchange gradients with "
@@ -137,6 +151,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             args.listen,
             security=security,
             metrics_port=args.metrics_port,
+            metrics_address=args.metrics_address,
             data_dir=args.data_dir,
             assign_timeout=args.assign_timeout,
             state_dir=args.state_dir,
@@ -192,7 +207,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if args.metrics_port is not None:
             from codedgd.services.worker.metrics import serve_worker_metrics
 
-            serve_worker_metrics(agent, args.metrics_port)
+            serve_worker_metrics(agent, args.metrics_port, args.metrics_address)
         await agent.run()
 
     asyncio.run(main())

@@ -122,7 +122,7 @@ class CoordinatorServer:
         *,
         security: Security | None = None,
         metrics_port: int | None = None,
-        metrics_address: str = "0.0.0.0",
+        metrics_address: str = "127.0.0.1",
         data_dir: str | None = None,
         assign_timeout: float = 120.0,
         state_dir: str | Path | None = None,

@@ -103,7 +103,7 @@ class _AgentCollector(Collector):
         )
 
 
-def serve_worker_metrics(agent: WorkerAgent, port: int, address: str = "0.0.0.0") -> int:
+def serve_worker_metrics(agent: WorkerAgent, port: int, address: str = "127.0.0.1") -> int:
     """Serve the agent's metrics on ``address:port``; the bound port.
 
     A port out of range or in use is a ConfigError naming it (codedgd.services.address).
