@@ -119,8 +119,10 @@ class CoordinatorProcess:
     """`codedgd coordinator` as its own process (to kill), with metrics and, if given, a
     state directory."""
 
-    def __init__(self, state_dir: Path | None = None, every: int = 5) -> None:
-        self.state_dir, self.every = state_dir, every
+    def __init__(
+        self, state_dir: Path | None = None, every: int = 5, extra: tuple[str, ...] = ()
+    ) -> None:
+        self.state_dir, self.every, self.extra = state_dir, every, extra
         self.port, self.metrics = _port(), _port()
         self.proc: subprocess.Popen[str] | None = None
         self.logs: list[str] = []
@@ -133,6 +135,7 @@ class CoordinatorProcess:
         args = ["coordinator", "--listen", self.target, "--metrics-port", str(self.metrics)]
         if self.state_dir is not None:
             args += ["--state-dir", str(self.state_dir), "--checkpoint-every", str(self.every)]
+        args += self.extra
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "codedgd.client.cli", *args],
             cwd=ROOT,

@@ -31,14 +31,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--listen", default="0.0.0.0:50051", help="address to serve gRPC on (default 0.0.0.0:50051)"
     )
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    p.add_argument(
-        "--metrics-address",
-        default="127.0.0.1",
-        help="address the metrics endpoint binds (default 127.0.0.1: this host only; "
-        "0.0.0.0 for a Prometheus elsewhere, as the compose file and EC2 layout set; the "
-        "endpoint has no authentication)",
-    )
+    _add_metrics_arguments(p)
     p.add_argument("--data-dir", help="directory of the real datasets (default $CODEDGD_DATA_DIR)")
     p.add_argument(
         "--assign-timeout",
@@ -96,14 +89,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--data-dir", help="directory of the real datasets, when jobs load data on workers"
     )
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    p.add_argument(
-        "--metrics-address",
-        default="127.0.0.1",
-        help="address the metrics endpoint binds (default 127.0.0.1: this host only; "
-        "0.0.0.0 for a Prometheus elsewhere, as the compose file and EC2 layout set; the "
-        "endpoint has no authentication)",
-    )
+    _add_metrics_arguments(p)
     p.add_argument(
         "--peer-listen",
         metavar="HOST:PORT",
@@ -129,6 +115,17 @@ def add_parsers(sub: Any) -> None:
     )
     add_security_arguments(p, server=False)
     p.set_defaults(func=cmd_worker)
+
+
+def _add_metrics_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="address the metrics endpoint binds (default 127.0.0.1: this host only; "
+        "0.0.0.0 for a Prometheus elsewhere, as the compose file and EC2 layout set; the "
+        "endpoint has no authentication)",
+    )
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
