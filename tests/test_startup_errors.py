@@ -244,14 +244,16 @@ def test_a_worker_metrics_port_in_use_is_named(capsys: pytest.CaptureFixture[str
         code = main(["worker", "--metrics-port", str(port), "--no-reconnect"])
     err = capsys.readouterr().err
     assert code == 2
-    assert f"cannot serve metrics on 0.0.0.0:{port}: port {port} is already in use" in err, err
+    assert f"cannot serve metrics on 127.0.0.1:{port}: port {port} is already in use" in err, err
 
 
 async def test_a_metrics_port_in_use_leaves_no_grpc_server_running() -> None:
     listen = free_port()
     with busy_port() as metrics:
         message = await start_must_fail(f"127.0.0.1:{listen}", metrics_port=metrics)
-    assert f"cannot serve metrics on 0.0.0.0:{metrics}: port {metrics} is already in use" in message
+    assert (
+        f"cannot serve metrics on 127.0.0.1:{metrics}: port {metrics} is already in use" in message
+    )
     assert "choose another --metrics-port" in message
     assert port_is_free(listen)  # the gRPC server was never started (or was stopped)
 
@@ -262,7 +264,7 @@ def test_a_metrics_port_in_use_prints_no_traceback_at_exit() -> None:
     with busy_port() as port:
         proc = run_cli("coordinator", "--listen", "127.0.0.1:0", "--metrics-port", str(port))
     assert proc.returncode == 2, proc.stderr
-    assert f"metrics on 0.0.0.0:{port}: port {port} is already in use" in proc.stderr
+    assert f"metrics on 127.0.0.1:{port}: port {port} is already in use" in proc.stderr
     assert_one_clean_error(proc.stderr)
 
 
@@ -396,3 +398,18 @@ async def test_run_serves_its_metrics_on_loopback_only() -> None:
         on_status=lambda _: seen.append(_listeners(port)),
     )
     assert seen == [{"0100007F"}]  # 127.0.0.1
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
+@pytest.mark.parametrize(("address", "expected"), [(None, {"0100007F"}), ("0.0.0.0", {"00000000"})])
+async def test_the_metrics_endpoint_binds_loopback_unless_told_otherwise(
+    address: str | None, expected: set[str]
+) -> None:
+    """It has no authentication: only --metrics-address opens it to other hosts."""
+    port = free_port()
+    kwargs = {} if address is None else {"metrics_address": address}
+    server = await CoordinatorServer.start("127.0.0.1:0", metrics_port=port, **kwargs)
+    try:
+        assert _listeners(port) == expected
+    finally:
+        await server.stop(0)
