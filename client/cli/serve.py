@@ -113,6 +113,14 @@ def add_parsers(sub: Any) -> None:
         help="exit when the stream ends (a stream that fails before the coordinator "
         "answers is tried up to 3 times)",
     )
+    p.add_argument(
+        "--corrupt",
+        metavar="KIND",
+        help="TEST INSTRUMENT: send a corrupted result every round, to try the "
+        "coordinator's defences (robust policies, the coded vote, --max-norm-ratio): "
+        "scale:F (times F), sign (negated) or noise:S (plus N(0, S^2) per coordinate); "
+        "star jobs only. Never for training.",
+    )
     add_security_arguments(p, server=False)
     p.set_defaults(func=cmd_worker)
 
@@ -183,6 +191,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
+    from codedgd.services.worker.corrupt import Corruption
 
     options = WorkerOptions(
         coordinator=args.coordinator,
@@ -192,6 +201,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         peer_listen=args.peer_listen,
         peer_address=args.peer_address,
         peer_tls_server_name=args.peer_tls_server_name,
+        corrupt=Corruption.parse(args.corrupt) if args.corrupt else None,
         **({"name": args.name} if args.name else {}),
     )
 

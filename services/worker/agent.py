@@ -37,6 +37,7 @@ from codedgd.services.messages import check_peer_address, check_worker_name
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.security import Security
 from codedgd.services.wire import COORDINATOR_TENSOR_PATHS, DEFAULT_CHUNK_BYTES, GRPC_OPTIONS
+from codedgd.services.worker.corrupt import Corruption
 from codedgd.services.worker.peers import GrpcPeerLinks, OnFailure, PeerServer
 from codedgd.services.worker.rounds import Rounds
 from codedgd.services.worker.uploads import Outgoing as RoundOutgoing
@@ -81,6 +82,7 @@ class WorkerOptions:
     peer_listen: str | None = None
     peer_address: str | None = None
     peer_tls_server_name: str | None = None  # the name peers' certificates carry
+    corrupt: Corruption | None = None  # a test instrument: lie in every star result
 
     def __post_init__(self) -> None:
         for problem in (
@@ -124,6 +126,7 @@ class WorkerAgent:
             chunk_bytes=options.chunk_bytes,
             stats=self.stats,
             links=self._links if options.peer_listen is not None else None,
+            corrupt=options.corrupt,
         )
         self.peer_server: PeerServer | None = None
         self.advertised = ""  # the peer address told to the coordinator

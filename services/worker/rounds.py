@@ -34,6 +34,7 @@ from codedgd.services.stragglers import crash_restart
 from codedgd.services.stragglers.base import StragglerModel
 from codedgd.services.wire import Assembler, BufferPool, to_array
 from codedgd.services.worker.assignment import PartitionIntake, build
+from codedgd.services.worker.corrupt import Corruption
 from codedgd.services.worker.peers import PeerLinks
 from codedgd.services.worker.ring import RingRounds
 from codedgd.services.worker.topology import TopologyContext
@@ -92,8 +93,10 @@ class Rounds:
         chunk_bytes: int,
         stats: WorkerStats,
         links: LinksFactory | None = None,
+        corrupt: Corruption | None = None,
     ) -> None:
         self._send = send
+        self.corrupt = corrupt  # a test instrument: every star result is a lie
         self.data_dir = data_dir
         self.chunk_bytes = chunk_bytes
         self.stats = stats
@@ -432,11 +435,14 @@ class Rounds:
             return
         if job.lazy.active(params):
             job.lazy.uploaded(result.payload)
+        payload = result.payload
+        if self.corrupt is not None:
+            payload = self.corrupt.apply(payload, int(job.assignment.worker_index), round_)
         self._send(
             Upload(
                 job.job_id,
                 round_,
-                result.payload,
+                payload,
                 result.seconds,
                 delay,
                 cancel,
