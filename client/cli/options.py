@@ -157,6 +157,15 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         "--policy", "-p", help="aggregation policy (default uncoded; see `codedgd policies`)"
     )
     g.add_argument(
+        "--max-norm-ratio",
+        type=float,
+        metavar="R",
+        help="norm guard: throw out a worker whose result's norm is more than R times the "
+        "median of recent results' (per unit of its code's coefficients), e.g. 100 "
+        "(default 0: off; needs n >= 3; the robust policies median, trimmed-mean and frc "
+        "with byzantine=e outvote corrupt results the guard cannot see)",
+    )
+    g.add_argument(
         "--param",
         action="append",
         type=_kv,
@@ -229,6 +238,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig:
         ("replace_timeout", "replace_timeout"),
         ("spares", "spares"),
         ("init_from", "init_from"),
+        ("max_norm_ratio", "max_norm_ratio"),
     ):
         value = getattr(args, flag)
         if value is not None:

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 # Why a worker's result was not used in a round (the ``reason`` of codedgd_stragglers_total):
 # cancelled once the round decoded, late_dropped when it arrived after its round,
 # lost when its stream broke, rejected when it could not join.
-STRAGGLER_REASONS = ("cancelled", "late_dropped", "lost", "rejected")
+STRAGGLER_REASONS = ("cancelled", "late_dropped", "lost", "rejected", "norm_guard", "outvoted")
 
 ROUND_BUCKETS = (
     0.001,
@@ -79,7 +79,8 @@ class CoordinatorMetrics:
         )
         self.stragglers = Counter(
             "codedgd_stragglers_total",
-            "Workers not used in a round, by reason (cancelled, late_dropped, lost, rejected).",
+            "Workers not used in a round, by reason (cancelled, late_dropped, lost, rejected; "
+            "of the rejected, norm_guard and outvoted count corrupt results).",
             ["reason"],
             registry=r,
         )

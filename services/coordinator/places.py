@@ -25,6 +25,9 @@ class Places:
     holders: list[WorkerSession] = field(default_factory=list)
     lost: set[int] = field(default_factory=set)
     retired: set[int] = field(default_factory=set)  # ids of sessions this job lost
+    # Names of workers thrown out for corrupt results (the norm guard, a coded vote):
+    # never handed a place of this job again, also when they reconnect.
+    banned: set[str] = field(default_factory=set)
     candidates: dict[int, WorkerSession] = field(default_factory=dict)  # index → joining
     acks: dict[int, asyncio.Future[str]] = field(default_factory=dict)  # index → error text
     vacant: set[int] = field(default_factory=set)  # lost places the running round wants

@@ -56,7 +56,11 @@ class Replacer:
                     places.vacancy.clear()  # set again by a loss or a failed newcomer
                     continue
                 session = await self.sessions.next_idle(
-                    lambda s: s.id not in places.retired and self.assigner.can_take(s)
+                    lambda s: (
+                        s.id not in places.retired
+                        and s.name not in places.banned
+                        and self.assigner.can_take(s)
+                    )
                 )
                 open_places = places.lost - places.candidates.keys()
                 if not open_places:

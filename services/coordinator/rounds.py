@@ -27,6 +27,7 @@ import numpy as np
 from prometheus_client import Histogram
 
 from codedgd.services.coordinator.dataplane import DataPlane
+from codedgd.services.coordinator.guard import NormGuard
 from codedgd.services.coordinator.inbox import Inbox, Lost, Replaced
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.places import Places
@@ -85,6 +86,7 @@ class RoundLoop:
         self.throw_out = throw_out  # worker index, reason: disconnect it, its place is lost
         self._last_decode = math.inf  # seconds policy.decode itself took last round
         self._histograms: dict[int, tuple[Histogram, Histogram]] = {}
+        self.guard: NormGuard | None = None  # job.max_norm_ratio's, made in run()
 
     async def run(
         self,
@@ -106,6 +108,9 @@ class RoundLoop:
         cfg = self.config
         prepared = descent.prepared
         model, policy = prepared.model, prepared.policy
+        if cfg.max_norm_ratio:
+            scales = [float(np.abs(w.coefficients).sum()) for w in prepared.plan.workers]
+            self.guard = NormGuard(cfg.max_norm_ratio, scales, memory=5 * cfg.workers)
         # The children every round updates, looked up once (labels() takes a lock).
         round_hist = self.metrics.round_duration.labels(policy.name)
         wait_hist = self.metrics.wait_duration.labels(policy.name)
@@ -205,16 +210,56 @@ class RoundLoop:
         contacted = [w for w in spec.workers if w not in places.lost]
         blocked = plane.unreachable(places.lost)  # reporters that cannot report this round
         # Results are added into the policy's sum chunk by chunk as they arrive, when
-        # the policy sums every payload (Policy.arrival_sum); else assembled and offered.
+        # the policy sums every payload (Policy.arrival_sum) and no norm guard must see
+        # each result whole first; else assembled and offered.
         outstanding = plane.reporters(contacted) - blocked
-        inbox.open_round(t, policy.arrival_sum(), outstanding, attempt)
+        guard = self.guard
+        if guard is not None:
+            guard.end_round()
+        inbox.open_round(t, policy.arrival_sum() if guard is None else None, outstanding, attempt)
+        responses: dict[int, float] = {}
+        computes: dict[int, float] = {}
+        below: dict[int, tuple[int, ...]] = {}  # a tree's reporters: the workers in their sums
+
+        def feasible() -> bool:
+            """Could the round still decode, counting the arrivals the guard holds back?"""
+            held = guard.held if guard is not None else frozenset()
+            return policy.feasible(frozenset(outstanding | held))
+
+        def fault(worker: int, reason: str, *, offered: bool, corrupt: bool = True) -> None:
+            """Throw a worker out for its result; unless the policy counted that result, its
+            loss (the next event) vacates the place for a replacement this round. A corrupt
+            result (the guard's or a vote's finding) bans its sender from the job."""
+            if not offered:
+                outstanding.add(worker)
+            for seen in (responses, computes, below):
+                seen.pop(worker, None)
+            if corrupt:
+                self.metrics.stragglers.labels("outvoted" if offered else "norm_guard").inc()
+                places.banned.add(places[worker].name)
+            self.throw_out(worker, reason)
+
+        def offer(arrivals: list[tuple[int, np.ndarray | None]], summed: bool) -> bool:
+            """Offer arrivals in order until one makes the round decodable."""
+            done = False
+            for worker, payload in arrivals:
+                if done:
+                    break
+                try:
+                    done = policy.offer_summed(worker) if summed else policy.offer(worker, payload)
+                except WorkerFault as exc:
+                    fault(worker, str(exc), offered=False, corrupt=False)
+                for exposed, reason in policy.suspects().items():
+                    fault(exposed, reason, offered=True)
+            return done
+
         # Wanted, lost (or cut off), not replaced yet.
         vacant = {w for w in spec.workers if w in places.lost or w in blocked}
         places.vacant = vacant  # the replacer fills these places first
         loop = asyncio.get_running_loop()
         deadline_at = loop.time() + self.config.round_timeout
         replace_by: float | None = None  # waiting for a replacement until then
-        if not policy.feasible(frozenset(outstanding)):
+        if not feasible():
             replace_by = self._await_replacement(t, policy, loop.time())
         bytes_down = plane.send_theta(t, point, spec.params, contacted, attempt)
         sent_at = time.perf_counter()  # θ_t is queued to every contacted worker's stream
@@ -223,9 +268,6 @@ class RoundLoop:
         compute_max = 0.0
         uploads = 0
         cancelled_early = 0
-        responses: dict[int, float] = {}
-        computes: dict[int, float] = {}
-        below: dict[int, tuple[int, ...]] = {}  # a tree's reporters: the workers in their sums
         # Decodable before any arrival: no one contacted, or (lazy policies) enough stale
         # messages count already.
         decodable = policy.feasible(frozenset())
@@ -276,7 +318,7 @@ class RoundLoop:
                     outstanding.add(w)
                     if inbox.summing is not None:
                         inbox.expecting.add(w)
-                    if policy.feasible(frozenset(outstanding)):
+                    if feasible():
                         replace_by = None
                 continue
             if isinstance(event, Lost):
@@ -288,7 +330,14 @@ class RoundLoop:
                 vacant.update(w for w in gone if w in spec.workers)
                 outstanding -= gone
                 inbox.expecting.difference_update(gone)
-                if replace_by is None and not policy.feasible(frozenset(outstanding)):
+                if guard is not None:  # fewer arrivals to come: the held ones may be judged
+                    released, faults = guard.settle(len(outstanding))
+                    for worker, reason in faults.items():
+                        fault(worker, reason, offered=False)
+                    decodable = offer(released, summed=False)
+                    if decodable:
+                        break
+                if replace_by is None and not feasible():
                     why = f"worker {event.worker} was lost in round {t} ({event.reason}); "
                     replace_by = self._await_replacement(t, policy, loop.time(), why)
                 continue
@@ -312,18 +361,13 @@ class RoundLoop:
             computes[event.worker] = event.result.compute_seconds
             if event.result.contributors:
                 below[event.worker] = tuple(event.result.contributors)
-            try:
-                if event.summed:
-                    decodable = policy.offer_summed(event.worker)
-                else:
-                    decodable = policy.offer(event.worker, event.payload)
-            except WorkerFault as exc:
-                # Its sender is thrown out; its loss (next event) vacates the place.
-                outstanding.add(event.worker)
-                for seen in (responses, computes, below):
-                    seen.pop(event.worker, None)
-                self.throw_out(event.worker, str(exc))
-                continue
+            if guard is not None and not event.summed:
+                arrivals, faults = guard.admit(event.worker, event.payload, len(outstanding))
+                for worker, reason in faults.items():
+                    fault(worker, reason, offered=False)
+            else:
+                arrivals = [(event.worker, event.payload)]
+            decodable = offer(arrivals, event.summed)
             if not decodable:
                 superseded = policy.superseded() & outstanding
                 if superseded:
@@ -334,7 +378,7 @@ class RoundLoop:
                 # than it did at the loss (cyclic, polynomial and lagc wait past n-s for a
                 # near-singular set): fail or wait for a replacement now, not at
                 # round_timeout. With no one missing, every arrival keeps it feasible.
-                if vacant and replace_by is None and not policy.feasible(frozenset(outstanding)):
+                if vacant and replace_by is None and not feasible():
                     why = (
                         f"round {t}: the results so far decode above the policy's tol (a "
                         "near-singular set; see its tol and code options) and the workers "

@@ -27,6 +27,7 @@ from codedgd.services.coordinator.state import UNFINISHED, StateDir
 from codedgd.services.errors import CodedGDError, ConfigError, NonFiniteError, WireError
 from codedgd.services.framing import Frame
 from codedgd.services.job import JobConfig
+from codedgd.services.job.prepare import check_guard
 from codedgd.services.job.trained import trained_model
 from codedgd.services.messages import (
     check_peer_address,
@@ -442,6 +443,7 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
     k = config.partitions or policy.default_partitions(config.workers)
     plan = policy.plan(config.workers, k)
     check_topology(plan.topology.kind, policy.name)
+    check_guard(config, plan)
     create_straggler_model(
         config.stragglers.name,
         config.stragglers.options,

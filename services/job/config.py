@@ -81,6 +81,9 @@ class JobConfig:
     # A model file (codedgd.services.models.saved, read where the job runs) whose θ the job
     # starts from instead of zeros: the same model and dimension.
     init_from: str | None = None
+    # The norm guard (0: off): an arrival whose norm, per unit of its coefficients, is more
+    # than this many times the median of recent arrivals' is a worker fault (thrown out).
+    max_norm_ratio: float = 0.0
     data: Component = field(default_factory=lambda: Component("synthetic"))
     model: Component = field(default_factory=lambda: Component("logistic", {"l2": 1e-4}))
     policy: Component = field(default_factory=lambda: Component("uncoded"))
@@ -122,6 +125,15 @@ class JobConfig:
             not isinstance(self.init_from, str) or not self.init_from
         ):
             raise ConfigError(f"job.init_from must be a model file's path, got {self.init_from!r}")
+        if (
+            isinstance(self.max_norm_ratio, bool)
+            or not isinstance(self.max_norm_ratio, int | float)
+            or not (self.max_norm_ratio == 0 or 1 < self.max_norm_ratio < math.inf)
+        ):
+            raise ConfigError(
+                "job.max_norm_ratio must be 0 (no norm guard) or a finite number > 1 (e.g. "
+                f"100), got {self.max_norm_ratio!r}"
+            )
         if self.target_loss is not None and (
             isinstance(self.target_loss, bool)
             or not isinstance(self.target_loss, int | float)
@@ -147,6 +159,8 @@ class JobConfig:
             job["spares"] = self.spares
         if self.init_from is not None:
             job["init_from"] = self.init_from
+        if self.max_norm_ratio:
+            job["max_norm_ratio"] = self.max_norm_ratio
         return {
             "job": job,
             "data": self.data.to_dict(),
@@ -183,6 +197,7 @@ class JobConfig:
             "replace_timeout",
             "spares",
             "init_from",
+            "max_norm_ratio",
         }
         bad = set(job) - known_job
         if bad:
@@ -201,6 +216,7 @@ class JobConfig:
             replace_timeout=job.get("replace_timeout", 0.0),
             spares=job.get("spares", 0),
             init_from=job.get("init_from"),
+            max_norm_ratio=job.get("max_norm_ratio", 0.0),
             data=_component(doc, "data", "synthetic"),
             model=_component(doc, "model", "logistic", {"l2": 1e-4}),
             policy=_component(doc, "policy", "uncoded"),

@@ -46,6 +46,7 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
     n = config.workers
     k = config.partitions or policy.default_partitions(n)
     plan = policy.plan(n, k)  # before loading data: a wrong n fails fast
+    check_guard(config, plan)
     dataset = load_dataset(
         config.data.name, config.data.options, seed=config.seed, data_dir=data_dir
     )
@@ -62,6 +63,23 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
     if config.init_from is not None:
         theta0 = initial_theta(config, dataset.dim)
     return Prepared(dataset, model, policy, plan, blocks, lr, theta0)
+
+
+def check_guard(config: JobConfig, plan: Plan) -> None:
+    """job.max_norm_ratio (the norm guard) needs results to compare: n >= 3, a star."""
+    if not config.max_norm_ratio:
+        return
+    if config.workers < 3:
+        raise ConfigError(
+            f"job.max_norm_ratio needs n >= 3 workers to compare results with (n = "
+            f"{config.workers}): use more workers or leave the guard off"
+        )
+    if plan.topology.kind != "star":
+        raise ConfigError(
+            f"job.max_norm_ratio judges results sent to the coordinator, but "
+            f"{config.policy.name} sums them among the workers ({plan.topology.kind}): leave "
+            "the guard off for worker-to-worker policies"
+        )
 
 
 def initial_theta(config: JobConfig, dim: int | None = None) -> np.ndarray:

@@ -11,6 +11,7 @@ from codedgd.services.policies import frc as frc
 from codedgd.services.policies import lag as lag
 from codedgd.services.policies import lag_coded as lag_coded
 from codedgd.services.policies import ring as ring
+from codedgd.services.policies import robust as robust
 from codedgd.services.policies import tree as tree
 from codedgd.services.policies.base import Estimate, Param, Plan, Policy, RoundSpec, WorkerPlan
 from codedgd.services.policies.registry import create, names, policy_class, register

@@ -232,6 +232,15 @@ class Policy(ABC):
         """
         return frozenset()
 
+    def suspects(self) -> dict[int, str]:
+        """Workers whose result this round was exposed as wrong since the last call, with why.
+
+        The coordinator throws each out (a worker fault: replaced like a lost worker), so a
+        corrupt worker is excluded from the rounds after. Only a policy that can tell a
+        wrong result from a right one says anything here (frc's vote); default: none.
+        """
+        return {}
+
     def state(self) -> dict[str, Any]:
         """What the policy remembers across rounds, for a checkpoint (arrays copied).
 

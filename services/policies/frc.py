@@ -77,6 +77,14 @@ class GroupSum(Policy):
         return RoundSpec(round=t, workers=tuple(range(self._n)))
 
     def _record(self, worker: int, payload: np.ndarray | None) -> None:
+        vector = self._arrival(worker, payload)
+        group = worker // self._r
+        if self._first[group] is None:  # later members of a covered group are not needed
+            self._first[group] = vector
+            self._used.append(worker)
+
+    def _arrival(self, worker: int, payload: np.ndarray | None) -> np.ndarray:
+        """Check an arrival and count it; its payload as a vector."""
         if not self._started:
             raise DecodeError(f"{self.name}: offer() before begin_round()")
         if not 0 <= worker < self._n:
@@ -85,10 +93,7 @@ class GroupSum(Policy):
             raise DecodeError(f"{self.name}: worker {worker} offered twice in one round")
         vector = check_payload(self.name, worker, payload, self._dim)
         self._arrived.add(worker)
-        group = worker // self._r
-        if self._first[group] is None:  # later members of a covered group are not needed
-            self._first[group] = vector
-            self._used.append(worker)
+        return vector
 
     def _all_covered(self) -> bool:
         return len(self._used) == self.n_groups
@@ -110,14 +115,37 @@ class FractionalRepetition(GroupSum):
     name = "frc"
     summary = (
         "Tandon's fractional repetition: groups of s+1 workers share s+1 partitions and "
-        "send their sum; done when every group has an arrival; exact, tolerates any s"
+        "send their sum; done when every group has an arrival; exact, tolerates any s "
+        "(with byzantine=e, any e corrupt workers per group too, outvoted)"
     )
     exact = True
-    parameters = (Param("s", int, 1, "stragglers tolerated (s+1 must divide n)"),)
+    parameters = (
+        Param("s", int, 1, "stragglers tolerated (s+1 must divide n)"),
+        Param(
+            "byzantine",
+            int,
+            0,
+            "corrupt workers outvoted per group (2*byzantine <= s): a group counts once "
+            "byzantine+1 of its results agree, and members that disagree are thrown out",
+        ),
+        Param(
+            "vote_tol",
+            float,
+            1e-6,
+            "two results of a group agree when max|a-b| <= vote_tol * max(|a|max, |b|max)",
+        ),
+    )
 
-    def __init__(self, s: int = 1) -> None:
+    def __init__(self, s: int = 1, byzantine: int = 0, vote_tol: float = 1e-6) -> None:
         super().__init__()
         self.s = s
+        self.byzantine = byzantine
+        self.vote_tol = vote_tol
+        # The vote (byzantine > 0): per group, clusters of agreeing results (the first
+        # one's vector stands for the cluster), and the workers outvoted this round.
+        self._clusters: list[list[tuple[np.ndarray, list[int]]]] = []
+        self._outvoted: set[int] = set()
+        self._unreported: list[int] = []
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         check_n(n_workers, n_partitions)
@@ -133,11 +161,76 @@ class FractionalRepetition(GroupSum):
                 f"frc needs s+1 to divide n: s+1={self.s + 1} does not divide n={n_workers}: "
                 f"choose s in {nearest(valid_s, self.s)}"
             )
+        if self.byzantine < 0 or 2 * self.byzantine > self.s:
+            raise PlanError(
+                f"frc with byzantine={self.byzantine} needs 0 <= 2*byzantine <= s (a group of "
+                f"s+1 must hold byzantine+1 honest results besides byzantine corrupt ones); "
+                f"got s={self.s}: choose s >= {2 * max(self.byzantine, 0)} with s+1 dividing "
+                f"n={n_workers}, or byzantine <= {self.s // 2}"
+            )
+        if not self.vote_tol >= 0:
+            raise PlanError(f"frc vote_tol must be >= 0, got {self.vote_tol}")
         return self._plan_groups(n_workers, n_partitions, self.s + 1)
 
+    def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
+        spec = super().begin_round(t, theta)
+        self._clusters = [[] for _ in range(self.n_groups)]
+        self._outvoted = set()
+        self._unreported = []
+        return spec
+
     def offer(self, worker: int, payload: np.ndarray | None) -> bool:
-        self._record(worker, payload)
+        if self.byzantine == 0:
+            self._record(worker, payload)
+        else:
+            self._vote(worker, self._arrival(worker, payload))
         return self._all_covered()
+
+    def _vote(self, worker: int, vector: np.ndarray) -> None:
+        """Count ``worker``'s result in its group's vote (DRACO's majority rule, Chen et al.
+        2018): the group's sum is the first value that byzantine+1 of its results agree on;
+        a result that disagrees with it exposes its sender."""
+        group = worker // self._r
+        decided = self._first[group]
+        if decided is not None:
+            if not self._agree(decided, vector):
+                self._expose(worker)
+            return
+        clusters = self._clusters[group]
+        for representative, members in clusters:
+            if self._agree(representative, vector):
+                members.append(worker)
+                break
+        else:
+            representative, members = vector, [worker]
+            clusters.append((representative, members))
+        if len(members) == self.byzantine + 1:
+            self._first[group] = representative
+            self._used.append(members[0])
+            for _, others in clusters:
+                if others is not members:
+                    for w in others:
+                        self._expose(w)
+
+    def _agree(self, a: np.ndarray, b: np.ndarray) -> bool:
+        if a.shape != b.shape:
+            return False
+        scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+        return bool(np.max(np.abs(a - b), initial=0.0) <= self.vote_tol * scale)
+
+    def _expose(self, worker: int) -> None:
+        if worker not in self._outvoted:
+            self._outvoted.add(worker)
+            self._unreported.append(worker)
+
+    def suspects(self) -> dict[int, str]:
+        exposed = {
+            w: f"frc vote: its result disagrees with the {self.byzantine + 1} agreeing results "
+            f"of its group (workers {w // self._r * self._r}..{(w // self._r + 1) * self._r - 1})"
+            for w in self._unreported
+        }
+        self._unreported = []
+        return exposed
 
     def decode(self) -> Estimate:
         if not self._started or not self._all_covered():
@@ -146,4 +239,14 @@ class FractionalRepetition(GroupSum):
         return Estimate(self._group_sum(), tuple(self._used), exact=True)
 
     def feasible(self, outstanding: frozenset[int]) -> bool:
-        return self._coverable(outstanding)
+        if self.byzantine == 0:
+            return self._coverable(outstanding)
+        pending: dict[int, int] = {}
+        for w in outstanding - self._arrived:
+            pending[w // self._r] = pending.get(w // self._r, 0) + 1
+        for group, decided in enumerate(self._first):
+            if decided is None:
+                best = max((len(m) for _, m in self._clusters[group]), default=0)
+                if best + pending.get(group, 0) < self.byzantine + 1:
+                    return False
+        return True
