@@ -150,8 +150,8 @@ class Client:
                 f"cannot reach the coordinator at {self.target} ({details}); is it running, "
                 "and do --tls-ca / the address match how it serves?"
             )
-        if code == grpc.StatusCode.UNAUTHENTICATED:
-            return CodedGDError(details)
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return CodedGDError(details)  # a missing, wrong or other role's token
         if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
             return CodedGDError(details)
         return CodedGDError(f"coordinator error {code.name}: {details}")

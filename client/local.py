@@ -1,7 +1,8 @@
 """`codedgd run`: a coordinator and N worker processes on this machine, one job.
 
 The coordinator runs in this process on an ephemeral loopback port with a fresh
-random token, so no other process on the machine can join; the workers are
+random worker token, so no other process on the machine can join (and none can submit:
+the job is submitted in-process, no operator token exists); the workers are
 separate OS processes (``python -m codedgd.client.cli worker``), exactly as on a cluster,
 each limited to one BLAS thread so n workers share the cores fairly.
 """
@@ -86,7 +87,9 @@ async def run_local(
     stopped and the worker processes are reaped before this returns.
     """
     token = secrets.token_hex(16)
-    security = Security(token=token)
+    # The workers' token only: this process submits in-process, so no gRPC client
+    # (not even one holding this token) may submit, watch or cancel.
+    security = Security(worker_token=token)
     log_file = open_worker_log(worker_log) if worker_log else None
     server: CoordinatorServer | None = None
     procs: list[asyncio.subprocess.Process] = []

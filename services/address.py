@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import errno
 import socket
-from typing import Any
-
-from prometheus_client import CollectorRegistry, start_http_server
 
 from codedgd.services.errors import ConfigError
 
@@ -126,30 +123,11 @@ def bind_failure(address: str, *, tls: bool = False) -> str:
 
 
 def check_metrics_port(port: int, option: str = "--metrics-port") -> None:
-    """A metrics port is 0..65535 (0: any free port); Python's socket would overflow."""
+    """A metrics port is 0..65535 (0: any free port); Python's socket would overflow.
+
+    The endpoint itself is served by :mod:`codedgd.services.metrics_endpoint`.
+    """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigError(
             f"{option} {port} is out of range: expected a port number 0..65535 (0: any free port)"
         )
-
-
-def serve_metrics(
-    registry: CollectorRegistry,
-    port: int,
-    address: str = "0.0.0.0",
-    option: str = "--metrics-port",
-) -> Any:
-    """Serve ``registry`` on http://address:port/metrics (a thread); the HTTP server.
-
-    Stop it with ``shutdown()`` then ``server_close()``. A port that cannot be bound is a
-    :class:`ConfigError` naming the port and why.
-    """
-    check_metrics_port(port, option)
-    try:
-        server, _thread = start_http_server(port, addr=address, registry=registry)
-    except OSError as exc:
-        reason = bind_reason([exc], address, port)
-        raise ConfigError(
-            f"cannot serve metrics on {address}:{port}: {reason}; choose another {option}"
-        ) from None
-    return server

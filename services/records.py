@@ -1,21 +1,26 @@
-"""Per-round results: the public record type and its JSON/CSV files.
+"""Per-round results: the public record type, a job's log of them, and their files.
 
 :class:`RoundRecord` is what users see (the progress bar, result files, the
 client API). It mirrors the wire's RoundReport, which never leaks past
-:mod:`codedgd.services.messages`.
+:mod:`codedgd.services.messages`. :class:`RecordLog` holds a running job's records on
+the coordinator: every one in a JSON-lines file, only the most recent in memory.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+import os
+from array import array
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, overload
 
-from codedgd.services.errors import ConfigError
+from codedgd.services.errors import CodedGDError, ConfigError
 from codedgd.services.files import atomic_open
 
 
@@ -49,7 +54,9 @@ class RoundRecord:
     worker_compute_seconds: Mapping[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        # Field by field, not asdict: its deep copy of the timing maps, replaced below
+        # anyway, was most of the cost of a round's line in the records file.
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["workers_used"] = list(self.workers_used)
         for key in _TIMING_MAPS:
             # JSON object keys are strings; from_dict turns them back into worker indices.
@@ -66,15 +73,23 @@ class RoundRecord:
         for key in ("loss", "metric"):
             if values.get(key) is None:
                 values[key] = math.nan
+        for key in _FLOATS:  # a NaN or ±inf written as null (json_safe) reads back as NaN
+            if key in values and values[key] is None:
+                values[key] = math.nan
         for key in _TIMING_MAPS:
             raw = values.get(key) or {}
             if isinstance(raw, str):  # a CSV cell holds the JSON object
                 raw = json.loads(raw) if raw.strip() else {}
-            values[key] = {int(w): float(s) for w, s in dict(raw).items()}
+            values[key] = {int(w): _float(s) for w, s in dict(raw).items()}
         return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
 
 
 _TIMING_MAPS = ("response_seconds", "worker_compute_seconds")
+_FLOATS = tuple(f.name for f in fields(RoundRecord) if f.type == "float")
+
+
+def _float(value: Any) -> float:
+    return math.nan if value is None else float(value)
 
 
 def write_results(
@@ -165,3 +180,219 @@ def read_result_file(
         return doc["job"], dict(summary), [RoundRecord.from_dict(r) for r in doc["rounds"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: a damaged codedgd result file ({exc!r})") from None
+
+
+# ---------------------------------------------------------------- a job's records
+
+# Records a coordinator keeps in memory per job by default (--records-in-memory): about
+# 9 KB each at 64 workers (their timing maps), so some 9 MB per job.
+DEFAULT_RECORDS_IN_MEMORY = 1000
+_INDEX_EVERY = 256  # lines between the byte offsets a log keeps to seek its file
+_READ_CHUNK = 256  # records read from the file at a time when iterating
+
+
+class RecordLog(Sequence[RoundRecord]):
+    """A job's round records in order: every one in a JSON-lines file (one record a line,
+    as :meth:`RoundRecord.to_dict` gives it), the last ``window`` also in memory.
+
+    It reads as a sequence of all of them (``len``, indexing, slices, iteration); those
+    before the window are read back from the file. Memory stays bounded however many
+    rounds a job runs: the window, and one byte offset per 256 lines. Without a file
+    (``path`` None), every record stays in memory.
+
+    The event loop's thread appends; :meth:`read_file` may run in another thread for
+    records already counted: a line is written whole and flushed before it counts, and
+    the file is never cut below the counted records.
+    """
+
+    def __init__(self, path: Path | None = None, window: int = DEFAULT_RECORDS_IN_MEMORY) -> None:
+        if window < 1:
+            raise ConfigError(f"a record log keeps at least 1 record in memory, not {window}")
+        self.path = path
+        self.window = window
+        self.cut_line: int | None = None  # set by load: the first line it could not read
+        self._recent: deque[RoundRecord] = deque(maxlen=window if path is not None else None)
+        self._count = 0
+        self._end = 0  # bytes of the file that hold the counted records
+        self._offsets = array("q")  # the byte offset of every _INDEX_EVERY-th line
+        self._file: BinaryIO | None = None
+
+    @classmethod
+    def load(cls, path: Path, window: int, limit: int | None = None) -> RecordLog:
+        """The records of ``path`` (at most ``limit``), up to its first line that is not a
+        whole record (:attr:`cut_line`; a process died writing it). The file is not
+        changed until the first append, which cuts it after the records counted."""
+        log = cls(path, window)
+        if not path.exists() or limit == 0:
+            return log
+        with path.open("rb") as f:
+            for number, line in enumerate(f, 1):
+                record = _parse_line(line)
+                if record is None:
+                    log.cut_line = number
+                    break
+                log._count_line(record, len(line))
+                if limit is not None and len(log) >= limit:
+                    break
+        return log
+
+    # ------------------------------------------------------------ writing
+
+    def append(self, record: RoundRecord) -> None:
+        """Count ``record``: a line of the file (flushed), and the newest in memory."""
+        if self.path is None:
+            self._recent.append(record)
+            self._count += 1
+            return
+        line = _line(record)
+        f = self.open()
+        try:
+            f.write(line)
+            f.flush()
+        except OSError as exc:
+            raise CodedGDError(
+                f"cannot write round {record.round}'s record to {self.path}: {exc.strerror or exc}"
+            ) from None
+        self._count_line(record, len(line))
+
+    def _count_line(self, record: RoundRecord, size: int) -> None:
+        if self._count % _INDEX_EVERY == 0:
+            self._offsets.append(self._end)
+        self._recent.append(record)
+        self._count += 1
+        self._end += size
+
+    def open(self) -> BinaryIO:
+        """The file, ready for appends: cut after the records counted (dropping a torn
+        last line, or the rounds after a checkpoint a resumed job runs again)."""
+        if self._file is None:
+            assert self.path is not None, "a log without a file has nothing to open"
+            f: BinaryIO | None = None
+            try:  # in a directory that exists (a removed spill directory is not made again)
+                f = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
+                f.truncate(self._end)
+                f.seek(self._end)
+            except OSError as exc:
+                if f is not None:
+                    f.close()
+                raise CodedGDError(
+                    f"cannot write the round records to {self.path}: {exc.strerror or exc}"
+                ) from None
+            self._file = f
+        return self._file
+
+    def sync(self) -> None:
+        """Make the records written so far durable (fsync)."""
+        f = self._file
+        if f is not None and not f.closed:
+            os.fsync(f.fileno())
+
+    def close(self) -> None:
+        """Close the file for writing (it stays readable; an append opens it again)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    # ------------------------------------------------------------ reading
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def first_in_memory(self) -> int:
+        """The index of the oldest record held in memory (the ones before: in the file)."""
+        return self._count - len(self._recent)
+
+    @property
+    def in_memory(self) -> int:
+        return len(self._recent)
+
+    @overload
+    def __getitem__(self, index: int) -> RoundRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RoundRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> RoundRecord | list[RoundRecord]:
+        if isinstance(index, slice):
+            wanted = range(*index.indices(self._count))
+            if not wanted:
+                return []
+            lo, hi = min(wanted), max(wanted) + 1
+            span = self.read(lo, hi)
+            return [span[i - lo] for i in wanted]
+        i = index + self._count if index < 0 else index
+        if not 0 <= i < self._count:
+            raise IndexError(f"round record {index} of {self._count}")
+        return self.read(i, i + 1)[0]
+
+    def __iter__(self) -> Iterator[RoundRecord]:
+        """Every record from the first, including those appended meanwhile."""
+        i = 0
+        while i < self._count:
+            chunk = self._next_chunk(i)
+            yield from chunk
+            i += len(chunk)
+
+    def _next_chunk(self, start: int) -> list[RoundRecord]:
+        first = self.first_in_memory
+        if start < first:
+            return self.read_file(start, min(first, start + _READ_CHUNK))
+        return self.read(start, self._count)
+
+    def read(self, start: int, stop: int) -> list[RoundRecord]:
+        """Records ``start`` to ``stop`` (exclusive, within the count): from the file those
+        before the window, then from memory. On the event loop's thread only."""
+        first = self.first_in_memory
+        out = self.read_file(start, min(stop, first)) if start < first else []
+        lo = max(start, first)
+        if stop > lo:
+            out.extend(itertools.islice(self._recent, lo - first, stop - first))
+        return out
+
+    def read_file(self, start: int, stop: int) -> list[RoundRecord]:
+        """Records ``start`` to ``stop`` (exclusive, within the count) read from the file;
+        safe in a worker thread while the loop appends."""
+        if stop <= start:
+            return []
+        if self.path is None or stop > self._count:
+            raise IndexError(f"round records {start}..{stop} are not in {self.path}")
+        block = start // _INDEX_EVERY
+        out: list[RoundRecord] = []
+        with self.path.open("rb") as f:
+            f.seek(self._offsets[block])
+            lines = itertools.islice(f, start - block * _INDEX_EVERY, stop - block * _INDEX_EVERY)
+            for line in lines:
+                record = _parse_line(line)
+                if record is None:
+                    raise CodedGDError(f"{self.path} was changed under the coordinator")
+                out.append(record)
+        if len(out) != stop - start:
+            raise CodedGDError(f"{self.path} was cut short under the coordinator")
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordLog({self.path}, {self._count} records, "
+            f"{len(self._recent)} in memory of {self.window})"
+        )
+
+
+def _line(record: RoundRecord) -> bytes:
+    """``record`` as a line of a records file (a NaN or ±inf anywhere written as null)."""
+    d = record.to_dict()
+    try:
+        text = json.dumps(d, allow_nan=False)
+    except ValueError:  # rare (an infinite residual): only then walk the whole record
+        text = json.dumps(json_safe(d), allow_nan=False)
+    return (text + "\n").encode()
+
+
+def _parse_line(line: bytes) -> RoundRecord | None:
+    """The record of a whole line of a records file; None for a torn or damaged one."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        return RoundRecord.from_dict(json.loads(line))
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -8,6 +8,11 @@ token is required, so an orchestrator needs no secret to probe it); the probe ca
 ``Check`` and is healthy when the answer is SERVING. A worker serves no gRPC (it dials
 out), so ``--worker`` reads the worker's own Prometheus endpoint on 127.0.0.1:--metrics-port
 and is healthy while ``codedgd_worker_connected`` is 1: its stream to the coordinator is open.
+When the worker's endpoint is protected, the probe takes the worker's own flags (and so, in
+a container, the same CODEDGD_METRICS_* variables): HTTPS with --metrics-tls-cert (not
+verified: the probe only ever dials this machine's loopback), that certificate and key as
+its client certificate when --metrics-tls-ca requires one, and the --metrics-basic-auth-file
+credentials.
 
 Exit status 0 when healthy, 1 when not (Docker's HEALTHCHECK convention), 2 for a usage
 error. One line on stdout says what was seen. Like every command, each flag reads its
@@ -19,13 +24,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import ssl
 import sys
 import urllib.error
 import urllib.request
 from typing import Any
 
 from codedgd.client.cli.options import apply_env_defaults, check_env
-from codedgd.services.errors import CodedGDError
+from codedgd.services.errors import CodedGDError, ConfigError
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 DEFAULT_WORKER_METRICS_PORT = 9101
@@ -67,6 +74,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_WORKER_METRICS_PORT,
         help=f"the worker's metrics port, with --worker (default {DEFAULT_WORKER_METRICS_PORT})",
     )
+    m = p.add_argument_group("the worker's metrics endpoint, with --worker (its own flags)")
+    m.add_argument("--metrics-tls-cert", metavar="PEM", help="the endpoint serves HTTPS")
+    m.add_argument("--metrics-tls-key", metavar="PEM", help="key of --metrics-tls-cert")
+    m.add_argument(
+        "--metrics-tls-ca",
+        metavar="PEM",
+        help="the endpoint requires client certificates: present --metrics-tls-cert/-key",
+    )
+    m.add_argument(
+        "--metrics-basic-auth-file", metavar="FILE", help="user:password to send (basic auth)"
+    )
     g = p.add_argument_group("security (coordinator probe over TLS)")
     g.add_argument("--tls-ca", help="verify the coordinator's TLS certificate with this CA")
     g.add_argument("--tls-cert", help="client certificate, when the coordinator requires mTLS")
@@ -96,16 +114,27 @@ async def coordinator_status(
         await channel.close(grace=None)
 
 
-def worker_connected(port: int, *, host: str = "127.0.0.1", timeout: float = 3.0) -> bool | None:
+def worker_connected(
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    timeout: float = 3.0,
+    context: ssl.SSLContext | None = None,
+    credentials: bytes | None = None,
+) -> bool | None:
     """Whether the worker serving metrics on ``host:port`` has its coordinator stream open.
 
+    ``context``: dial HTTPS with it; ``credentials``: b"user:password" for basic auth.
     None when the endpoint does not report ``codedgd_worker_connected`` (not a worker).
     Raises OSError when nothing answers.
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    url = f"http://{host}:{port}/metrics"
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+    url = f"{'https' if context is not None else 'http'}://{host}:{port}/metrics"
+    request = urllib.request.Request(url)
+    if credentials is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(credentials).decode())
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         text = response.read().decode("utf-8", "replace")
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -116,13 +145,43 @@ def worker_connected(port: int, *, host: str = "127.0.0.1", timeout: float = 3.0
 
 def cmd_health(args: argparse.Namespace) -> int:
     if args.worker:
-        return _probe_worker(args.metrics_port, args.timeout)
+        return _probe_worker(args.metrics_port, args.timeout, *_metrics_client(args))
     return _probe_coordinator(args)
 
 
-def _probe_worker(port: int, timeout: float) -> int:
+def _metrics_client(args: argparse.Namespace) -> tuple[ssl.SSLContext | None, bytes | None]:
+    """How to dial the worker's own endpoint: its flags, read as a client would."""
+    from codedgd.services.metrics_endpoint import read_basic_auth
+
+    context = None
+    if args.metrics_tls_cert:
+        # Loopback only: the probe checks liveness, and the worker's certificate names
+        # the host others dial, rarely 127.0.0.1.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        if args.metrics_tls_ca:
+            try:
+                context.load_cert_chain(args.metrics_tls_cert, args.metrics_tls_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(
+                    f"cannot use --metrics-tls-cert {args.metrics_tls_cert} with "
+                    f"--metrics-tls-key {args.metrics_tls_key} as the probe's client "
+                    f"certificate: {exc}"
+                ) from None
+    credentials = None
+    if args.metrics_basic_auth_file:
+        credentials = read_basic_auth(args.metrics_basic_auth_file)
+    return context, credentials
+
+
+def _probe_worker(
+    port: int, timeout: float, context: ssl.SSLContext | None, credentials: bytes | None
+) -> int:
     try:
-        connected = worker_connected(port, timeout=timeout)
+        connected = worker_connected(
+            port, timeout=timeout, context=context, credentials=credentials
+        )
     except (OSError, urllib.error.URLError) as exc:
         print(f"unhealthy: no worker metrics on 127.0.0.1:{port} ({exc})")
         return UNHEALTHY

@@ -272,28 +272,77 @@ def _merge(base: Component, name: str | None, options: Sequence[tuple[str, Any]]
 
 
 def add_security_arguments(p: argparse.ArgumentParser, *, server: bool) -> None:
-    g = p.add_argument_group("security")
-    g.add_argument("--token", help="shared secret (default: $CODEDGD_TOKEN); prefer --token-file")
-    g.add_argument("--token-file", help="read the shared secret from this file")
+    """The token and TLS flags (docs/security.md): a coordinator's role tokens, or the one
+    token a client or worker sends."""
+    g = p.add_argument_group("security (docs/security.md)")
     if server:
+        _add_server_tokens(g)
         g.add_argument("--tls-cert", help="serve TLS with this certificate (PEM)")
         g.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
-        g.add_argument("--tls-ca", help="require client certificates signed by this CA (mTLS)")
+        g.add_argument(
+            "--tls-ca",
+            help="require client certificates signed by this CA (mTLS); one whose subject "
+            "has OU=worker or OU=operator opens that role only",
+        )
     else:
+        g.add_argument(
+            "--token",
+            help="the token to send: the coordinator's worker token for `codedgd worker`, "
+            "its operator token for the other commands, or its one shared token (default: "
+            "$CODEDGD_TOKEN, else $CODEDGD_WORKER_TOKEN for `codedgd worker` and "
+            "$CODEDGD_OPERATOR_TOKEN for the others); prefer --token-file",
+        )
+        g.add_argument("--token-file", help="read that token from this file")
         g.add_argument("--tls-ca", help="verify the coordinator's TLS certificate with this CA")
         g.add_argument("--tls-cert", help="client certificate for mutual TLS (PEM)")
         g.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
         g.add_argument("--tls-server-name", help="name to verify in the coordinator's certificate")
 
 
+def _role_token_from_env(args: argparse.Namespace) -> str | None:
+    """A client's or worker's token when neither --token nor --token-file gives one: the
+    variable the coordinator reads its token of this command's role from
+    (CODEDGD_WORKER_TOKEN for `codedgd worker`, CODEDGD_OPERATOR_TOKEN for the others), so
+    one environment can hold every role's token (as the compose file does)."""
+    if hasattr(args, "worker_token") or args.token_file:
+        return None  # a coordinator, or a token file given
+    role = "worker" if getattr(args, "command", None) == "worker" else "operator"
+    return os.environ.get(env_name(f"--{role}-token")) or None
+
+
+def _add_server_tokens(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
+        "--worker-token",
+        help="the workers' token: it opens Connect (a worker's stream) and nothing else "
+        "(default: $CODEDGD_WORKER_TOKEN); prefer --worker-token-file",
+    )
+    g.add_argument("--worker-token-file", help="read the workers' token from this file")
+    g.add_argument(
+        "--operator-token",
+        help="the operators' token: it opens submit, watch, status, cancel and model, not "
+        "Connect (default: $CODEDGD_OPERATOR_TOKEN); prefer --operator-token-file",
+    )
+    g.add_argument("--operator-token-file", help="read the operators' token from this file")
+    g.add_argument(
+        "--token",
+        help="single-token mode: one token that opens both roles, workers' and operators' "
+        "(default: $CODEDGD_TOKEN); prefer the two role tokens",
+    )
+    g.add_argument("--token-file", help="read the single-mode token from this file")
+
+
 def security_from_args(args: argparse.Namespace) -> Any:
     from codedgd.services.security import Security
 
     return Security.from_options(
-        token=args.token,
+        token=args.token or _role_token_from_env(args),
         token_file=args.token_file,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_ca=args.tls_ca,
         tls_server_name=getattr(args, "tls_server_name", None),
+        worker_token=getattr(args, "worker_token", None),
+        worker_token_file=getattr(args, "worker_token_file", None),
+        operator_token=getattr(args, "operator_token", None),
+        operator_token_file=getattr(args, "operator_token_file", None),
     )

@@ -64,6 +64,15 @@ def add_parsers(sub: Any) -> None:
         "SIGTERM (default 10)",
     )
     p.add_argument(
+        "--records-in-memory",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="keep the last N round records of each job in memory; older ones stay on disk "
+        "(the job's records.jsonl under --state-dir, else a temporary directory removed "
+        "at shutdown) and are read back for watch (default 1000)",
+    )
+    p.add_argument(
         "--run-default-job",
         action="store_true",
         help="submit the job given by the job flags at start (also with --config); with "
@@ -126,13 +135,60 @@ def add_parsers(sub: Any) -> None:
 
 
 def _add_metrics_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    p.add_argument(
+    g = p.add_argument_group("metrics (Prometheus endpoint)")
+    g.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    g.add_argument(
         "--metrics-address",
         default="127.0.0.1",
         help="address the metrics endpoint binds (default 127.0.0.1: this host only; "
         "0.0.0.0 for a Prometheus elsewhere, as the compose file and EC2 layout set; the "
-        "endpoint has no authentication)",
+        "endpoint has no authentication unless --metrics-basic-auth-file or "
+        "--metrics-tls-ca is given)",
+    )
+    g.add_argument(
+        "--metrics-tls-cert",
+        metavar="PEM",
+        help="serve the metrics endpoint over HTTPS with this certificate (needs "
+        "--metrics-tls-key; default: plain HTTP)",
+    )
+    g.add_argument(
+        "--metrics-tls-key", metavar="PEM", help="unencrypted private key of --metrics-tls-cert"
+    )
+    g.add_argument(
+        "--metrics-tls-ca",
+        metavar="PEM",
+        help="with HTTPS, accept only scrapers presenting a client certificate signed by "
+        "this CA (mutual TLS)",
+    )
+    g.add_argument(
+        "--metrics-basic-auth-file",
+        metavar="FILE",
+        help="require HTTP basic auth: FILE holds one line user:password; a request "
+        "without them gets 401 (over plain HTTP the password crosses the network in "
+        "clear: add --metrics-tls-cert off this host)",
+    )
+
+
+def _metrics_security(args: argparse.Namespace) -> Any:
+    """The metrics endpoint's HTTPS and basic auth, every file read and checked.
+
+    A --metrics-tls-* or --metrics-basic-auth-file without --metrics-port is refused: it
+    would protect nothing, and whoever set it believes the endpoint is protected.
+    """
+    from codedgd.services.errors import ConfigError
+    from codedgd.services.metrics_endpoint import METRICS_SECURITY_OPTIONS, MetricsSecurity
+
+    given = [o for o in METRICS_SECURITY_OPTIONS if getattr(args, o[2:].replace("-", "_"))]
+    if given and args.metrics_port is None:
+        raise ConfigError(
+            f"{given[0]} needs --metrics-port: no metrics endpoint is served without it; "
+            f"add --metrics-port or drop {given[0]}"
+        )
+    return MetricsSecurity.from_options(
+        tls_cert=args.metrics_tls_cert,
+        tls_key=args.metrics_tls_key,
+        tls_ca=args.metrics_tls_ca,
+        basic_auth_file=args.metrics_basic_auth_file,
     )
 
 
@@ -143,11 +199,21 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     security = security_from_args(args)
     # A malformed --listen is refused before the warning below speaks of it.
     host = "" if args.listen.startswith(UNIX_PREFIXES) else parse_address(args.listen)[0]
-    if security.token is None and host not in ("", "127.0.0.1", "localhost", "::1"):
+    tokens = security.token is not None or security.role_tokens
+    if not tokens and host not in ("", "127.0.0.1", "localhost", "::1"):
         logging.getLogger("codedgd").warning(
             "serving on %s without a token: anyone who reaches this port can join or submit "
-            "jobs. Set --token-file (and TLS) outside a private network.",
+            "jobs. Set --worker-token-file and --operator-token-file (and TLS) outside a "
+            "private network.",
             args.listen,
+        )
+    for role in security.closed_roles():
+        logging.getLogger("codedgd").warning(
+            "no %s token (--%s-token-file): no %s can %s",
+            role,
+            role,
+            role,
+            "connect" if role == "worker" else "submit, watch or cancel jobs",
         )
     job = job_from_args(args) if (args.config or args.run_default_job) else None
 
@@ -157,11 +223,13 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             security=security,
             metrics_port=args.metrics_port,
             metrics_address=args.metrics_address,
+            metrics_security=_metrics_security(args),
             data_dir=args.data_dir,
             assign_timeout=args.assign_timeout,
             state_dir=args.state_dir,
             checkpoint_every=args.checkpoint_every,
             worker_timeout=args.worker_timeout,
+            records_in_memory=args.records_in_memory,
         )
         kept = server.service.jobs
         resuming = [j.id for j in kept.values() if not j.finished]
@@ -204,6 +272,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         corrupt=Corruption.parse(args.corrupt) if args.corrupt else None,
         **({"name": args.name} if args.name else {}),
     )
+    metrics_security = _metrics_security(args)
 
     async def main() -> None:
         agent = WorkerAgent(options)
@@ -214,7 +283,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if args.metrics_port is not None:
             from codedgd.services.worker.metrics import serve_worker_metrics
 
-            serve_worker_metrics(agent, args.metrics_port, args.metrics_address)
+            serve_worker_metrics(
+                agent, args.metrics_port, args.metrics_address, security=metrics_security
+            )
         await agent.run()
 
     asyncio.run(main())

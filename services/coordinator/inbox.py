@@ -82,7 +82,10 @@ class Inbox:
     expecting: set[int] = field(default_factory=set)  # results the sum still takes
     # place → leading bytes of its result in the sum already, from a holder lost part-way
     summed_prefix: dict[int, int] = field(default_factory=dict)
-    late: int = 0  # results of an earlier round dropped during this one
+    # Results of an earlier round dropped, a running total: the round loop records the
+    # increase per round (one dropped between a decode and the next round's start counts
+    # for the next round, instead of being lost to a reset).
+    late: int = 0
     bytes_up: int = 0  # result bytes received during this round
     partials: dict[int, _Partial] = field(default_factory=dict)
 
@@ -93,7 +96,6 @@ class Inbox:
         from ``contacted``."""
         self.round = t
         self.attempt = attempt
-        self.late = 0
         self.bytes_up = 0
         self.summing = summing
         self.expecting = set(contacted)

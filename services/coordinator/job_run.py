@@ -7,7 +7,9 @@ lost on the way. The pieces share the job's :class:`~.places.Places` (who holds 
 index) and :class:`~.inbox.Inbox` (results in, as events). The stream readers of
 worker sessions call :meth:`JobRun.deliver`, :meth:`JobRun.ack` and :meth:`JobRun.lose`;
 watchers (WatchJob, ``codedgd run``) follow :attr:`JobRun.records` and
-:meth:`JobRun.wait_change`.
+:meth:`JobRun.wait_change`. The records are a :class:`~codedgd.services.records.RecordLog`:
+with a state directory the job's records.jsonl, else a file the coordinator's
+:class:`~.state.SpillDir` holds; only the most recent are kept in memory.
 
 A job fails alone, with an error naming the cause (bad data, a lost worker its policy
 cannot do without, a round timeout): the coordinator keeps serving other jobs.
@@ -42,7 +44,7 @@ from codedgd.services.job.trained import trained_model
 from codedgd.services.messages import printable
 from codedgd.services.models.saved import save_model
 from codedgd.services.proto import codedgd_pb2 as pb
-from codedgd.services.records import RoundRecord
+from codedgd.services.records import RecordLog, RoundRecord
 from codedgd.services.wire import DEFAULT_CHUNK_BYTES, BufferPool
 
 log = logging.getLogger("codedgd.coordinator")
@@ -69,9 +71,11 @@ class JobRun:
     state: str = "queued"
     error: str = ""
     round: int = 0
-    records: list[RoundRecord] = field(default_factory=list)
+    # Every round's record, in order. With a store, its records file (whatever is given
+    # here is replaced); without, all in memory unless a file-backed log is given.
+    records: RecordLog = field(default_factory=RecordLog)
     on_record: Callable[[RoundRecord], None] | None = None
-    # The state directory's files of this job (None: nothing is kept on disk), the job's
+    # The state directory's files of this job (None: nothing is kept there), the job's
     # place in submission order, how often it checkpoints, and where it resumes from.
     store: JobStore | None = None
     order: int = 0
@@ -85,6 +89,8 @@ class JobRun:
     _descent: Descent | None = None
 
     def __post_init__(self) -> None:
+        if self.store is not None:
+            self.records = self.store.records  # records.jsonl: the only copy on disk
         self.places = Places(self.id)
         self.inbox = Inbox(self.places, self.metrics)
         # Workers of a ring or tree job present it to each other (never to anyone else).
@@ -240,6 +246,7 @@ class JobRun:
         finally:
             self.places.release(self.state)
             self.metrics.jobs.labels(self.state).inc()
+            self.records.close()
             self._keep_outcome()
             self._publish()
 
@@ -308,16 +315,14 @@ class JobRun:
             start = self.resume.round + 1
             wall = self.records[-1].wall_seconds if self.records else 0.0
             log.info("job %s resumes at round %d from its checkpoint", self.id, start)
-        if store is not None:
-            store.truncate_records(self.records)  # exactly the rounds kept
+        if self.records.path is not None:
+            self.records.open()  # the file cut to exactly the rounds kept
 
         def on_round(t: int) -> None:
             self.round = t
 
         def on_record(record: RoundRecord) -> None:
             self.records.append(record)
-            if store is not None:
-                store.append_record(record)
             if self.on_record is not None:
                 self.on_record(record)
             self._publish()

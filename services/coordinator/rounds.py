@@ -87,6 +87,7 @@ class RoundLoop:
         self._last_decode = math.inf  # seconds policy.decode itself took last round
         self._histograms: dict[int, tuple[Histogram, Histogram]] = {}
         self.guard: NormGuard | None = None  # job.max_norm_ratio's, made in run()
+        self._late_counted = 0  # inbox.late already in a round's record
 
     async def run(
         self,
@@ -403,6 +404,7 @@ class RoundLoop:
             self.metrics.decode_errors.inc()
             raise JobFailed(f"round {t}: decoding failed: {exc}") from None
         decode_s = time.perf_counter() - decodable_at
+        late, self._late_counted = inbox.late - self._late_counted, inbox.late
         return Outcome(
             estimate=estimate,
             wait_seconds=decodable_at - sent_at,
@@ -413,7 +415,7 @@ class RoundLoop:
             uploads=uploads,
             computations=len(contacted),
             cancelled=len(outstanding) + cancelled_early,
-            late=inbox.late,
+            late=late,
             responses=responses,
             computes=computes,
             contributors=plane.contributors(estimate.workers_used, below),

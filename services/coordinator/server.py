@@ -28,7 +28,6 @@ from codedgd.services.address import (
     check_bindable,
     check_metrics_port,
     parse_address,
-    serve_metrics,
 )
 from codedgd.services.coordinator.job_run import DEFAULT_CHECKPOINT_EVERY
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
@@ -36,7 +35,9 @@ from codedgd.services.coordinator.service import DEFAULT_WORKER_TIMEOUT, Coordin
 from codedgd.services.coordinator.state import StateDir
 from codedgd.services.errors import ConfigError
 from codedgd.services.framing import frame_reader, to_wire
+from codedgd.services.metrics_endpoint import MetricsSecurity, serve_metrics
 from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.records import DEFAULT_RECORDS_IN_MEMORY
 from codedgd.services.security import Security
 from codedgd.services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
 
@@ -59,21 +60,34 @@ def _handlers(service: CoordinatorService) -> grpc.GenericRpcHandler:
                 request_deserializer=_worker_frame,
                 response_serializer=to_wire,
             ),
-            "SubmitJob": _unary(pb.SubmitJobRequest, service.SubmitJob),
-            "WatchJob": _unary_stream(pb.JobRef, service.WatchJob),
-            "GetStatus": _unary(pb.StatusRequest, service.GetStatus),
-            "CancelJob": _unary(pb.JobRef, service.CancelJob),
-            "GetModel": _unary_stream(pb.JobRef, service.GetModel),
+            "SubmitJob": _unary(pb.SubmitJobRequest, service.SubmitJob, SUBMIT_LIMIT),
+            "WatchJob": _unary_stream(pb.JobRef, service.WatchJob, SMALL_LIMIT),
+            "GetStatus": _unary(pb.StatusRequest, service.GetStatus, SMALL_LIMIT),
+            "CancelJob": _unary(pb.JobRef, service.CancelJob, SMALL_LIMIT),
+            "GetModel": _unary_stream(pb.JobRef, service.GetModel, SMALL_LIMIT),
         },
     )
 
 
-async def _parse(kind: type[M], raw: bytes, context: aio.ServicerContext) -> M:
-    """``raw`` as a ``kind``; a body that is not one ends the call with INVALID_ARGUMENT.
+# Per-method request limits, below the server's receive limit (wire.SERVER_OPTIONS) that
+# only a worker's stream of chunked results needs: a job document, a job id.
+SUBMIT_LIMIT = 1 << 20
+SMALL_LIMIT = 16 << 10
+
+
+async def _parse(kind: type[M], raw: bytes, context: aio.ServicerContext, limit: int) -> M:
+    """``raw`` as a ``kind``; a body that is not one ends the call with INVALID_ARGUMENT,
+    one longer than ``limit`` bytes with RESOURCE_EXHAUSTED before it is parsed.
 
     gRPC's own deserializer hook would turn the parse error into UNKNOWN with a
     Python exception's repr and log a traceback on the server.
     """
+    if len(raw) > limit:
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"a {kind.DESCRIPTOR.full_name} of {len(raw)} bytes is over its limit of {limit} "
+            "bytes; only a worker's Connect stream carries large messages (in chunks)",
+        )
     try:
         return kind.FromString(raw)
     except DecodeError as exc:
@@ -86,19 +100,19 @@ async def _parse(kind: type[M], raw: bytes, context: aio.ServicerContext) -> M:
 
 
 def _unary(
-    kind: type[M], handle: Callable[[M, aio.ServicerContext], Awaitable[Message]]
+    kind: type[M], handle: Callable[[M, aio.ServicerContext], Awaitable[Message]], limit: int
 ) -> grpc.RpcMethodHandler:
     async def call(raw: bytes, context: aio.ServicerContext) -> Message:
-        return await handle(await _parse(kind, raw, context), context)
+        return await handle(await _parse(kind, raw, context, limit), context)
 
     return grpc.unary_unary_rpc_method_handler(call, response_serializer=to_wire)
 
 
 def _unary_stream(
-    kind: type[M], handle: Callable[[M, aio.ServicerContext], AsyncIterator[Any]]
+    kind: type[M], handle: Callable[[M, aio.ServicerContext], AsyncIterator[Any]], limit: int
 ) -> grpc.RpcMethodHandler:
     async def call(raw: bytes, context: aio.ServicerContext) -> AsyncIterator[Any]:
-        async for reply in handle(await _parse(kind, raw, context), context):
+        async for reply in handle(await _parse(kind, raw, context, limit), context):
             yield reply
 
     return grpc.unary_stream_rpc_method_handler(call, response_serializer=to_wire)
@@ -123,11 +137,13 @@ class CoordinatorServer:
         security: Security | None = None,
         metrics_port: int | None = None,
         metrics_address: str = "127.0.0.1",
+        metrics_security: MetricsSecurity | None = None,
         data_dir: str | None = None,
         assign_timeout: float = 120.0,
         state_dir: str | Path | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
+        records_in_memory: int = DEFAULT_RECORDS_IN_MEMORY,
     ) -> CoordinatorServer:
         """Bind, start serving and return the coordinator.
 
@@ -160,12 +176,19 @@ class CoordinatorServer:
                 f"--worker-timeout {worker_timeout:g}: give the seconds (> 0) after which a "
                 "silent worker is dropped"
             )
-        state = StateDir(state_dir) if state_dir is not None else None
+        if records_in_memory < 1:
+            raise ConfigError(
+                f"--records-in-memory {records_in_memory}: give the number of round records "
+                "(>= 1) to keep in memory per job; older ones are read back from disk"
+            )
+        state = StateDir(state_dir, records_in_memory) if state_dir is not None else None
         metrics = CoordinatorMetrics()
         closers: list[Any] = []
         bound_metrics: int | None = None
         if metrics_port is not None:
-            http_server = serve_metrics(metrics.registry, metrics_port, metrics_address)
+            http_server = serve_metrics(
+                metrics.registry, metrics_port, metrics_address, security=metrics_security
+            )
             closers.append(http_server)
             bound_metrics = int(http_server.server_address[1])
         service = CoordinatorService(
@@ -175,6 +198,7 @@ class CoordinatorServer:
             state_dir=state,
             checkpoint_every=checkpoint_every,
             worker_timeout=worker_timeout,
+            records_in_memory=records_in_memory,
         )
         server: aio.Server | None = None
         try:

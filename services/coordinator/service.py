@@ -23,7 +23,7 @@ from codedgd.services.coordinator.dataplane import check_topology
 from codedgd.services.coordinator.job_run import DEFAULT_CHECKPOINT_EVERY, JobRun
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.sessions import Sessions, WorkerSession, reject
-from codedgd.services.coordinator.state import UNFINISHED, StateDir
+from codedgd.services.coordinator.state import UNFINISHED, JobStore, SpillDir, StateDir
 from codedgd.services.errors import CodedGDError, ConfigError, NonFiniteError, WireError
 from codedgd.services.framing import Frame
 from codedgd.services.job import JobConfig
@@ -38,6 +38,7 @@ from codedgd.services.messages import (
 )
 from codedgd.services.models.saved import load_model
 from codedgd.services.proto import codedgd_pb2 as pb
+from codedgd.services.records import DEFAULT_RECORDS_IN_MEMORY, RecordLog, RoundRecord
 
 log = logging.getLogger("codedgd.coordinator")
 PROTOCOL = "codedgd.v1"
@@ -47,6 +48,9 @@ MAX_KEPT_JOBS = 50
 # A worker unheard for this long is dropped; it is asked to heartbeat 3 times as often.
 DEFAULT_WORKER_TIMEOUT = 15.0
 HEARTBEATS_PER_TIMEOUT = 3
+# WatchJob reads records older than a job's in-memory window from its file this many at a
+# time, in a thread.
+REPLAY_CHUNK = 256
 Incoming = Frame[pb.WorkerMessage] | WireError  # see server._worker_frame
 
 
@@ -63,10 +67,13 @@ class CoordinatorService:
         state_dir: StateDir | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
+        records_in_memory: int = DEFAULT_RECORDS_IN_MEMORY,
     ) -> None:
         self.metrics = metrics or CoordinatorMetrics()
         self.worker_timeout = worker_timeout
         self.state_dir = state_dir
+        # Without a state directory, jobs' records past the in-memory window go here.
+        self.spill = SpillDir(records_in_memory)
         self.checkpoint_every = checkpoint_every
         self._order = state_dir.next_order() if state_dir is not None else 0
         self.data_dir = data_dir
@@ -94,8 +101,7 @@ class CoordinatorService:
         if self.state_dir is None:
             return
         for stored in self.state_dir.load()[-MAX_KEPT_JOBS:]:
-            job = self._job(stored.id, stored.config, stored.order)
-            job.records = list(stored.records)
+            job = self._job(stored.id, stored.config, stored.order, stored.store)
             job.round = len(job.records)
             if stored.state in UNFINISHED:
                 job.resume = stored.checkpoint
@@ -130,6 +136,7 @@ class CoordinatorService:
         for s in self.sessions.all():
             s.send(bye)
             s.close()
+        self.spill.remove()  # its jobs' records beyond their windows: gone with them
 
     async def _watchdog(self) -> None:
         """Drop workers that went silent (a hung or SIGSTOPped process, a cut link whose
@@ -193,6 +200,8 @@ class CoordinatorService:
             del self.jobs[oldest]
             if self.state_dir is not None:
                 self.state_dir.forget(oldest)
+            else:
+                self.spill.forget(oldest)
         self._queue.put_nowait(job)
         job_id = job.id
         log.info(
@@ -204,10 +213,18 @@ class CoordinatorService:
         )
         return job
 
-    def _job(self, job_id: str, config: JobConfig, order: int) -> JobRun:
+    def _job(
+        self, job_id: str, config: JobConfig, order: int, store: JobStore | None = None
+    ) -> JobRun:
+        """A job; its records in its state directory's files (``store``, or new ones), or
+        without a state directory in the spill directory."""
         kwargs: dict[str, Any] = {}
         if self.chunk_bytes:
             kwargs["chunk_bytes"] = self.chunk_bytes
+        if store is None and self.state_dir is not None:
+            store = self.state_dir.job(job_id)
+        if store is None:
+            kwargs["records"] = self.spill.records(job_id)
         return JobRun(
             job_id,
             config,
@@ -215,7 +232,7 @@ class CoordinatorService:
             self.metrics,
             data_dir=self.data_dir,
             assign_timeout=self.assign_timeout,
-            store=self.state_dir.job(job_id) if self.state_dir is not None else None,
+            store=store,
             order=order,
             checkpoint_every=self.checkpoint_every,
             **kwargs,
@@ -365,8 +382,18 @@ class CoordinatorService:
         while True:
             change = asyncio.ensure_future(job.wait_change())
             while sent < len(job.records):
-                yield record_to_pb(job.records[sent], job.id)
-                sent += 1
+                try:
+                    records = await _records_from(job.records, sent)
+                except (OSError, CodedGDError) as exc:  # its file removed or damaged
+                    change.cancel()
+                    await context.abort(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"job {job.id}'s records from round {sent} cannot be read: {exc}",
+                    )
+                    return
+                for record in records:
+                    yield record_to_pb(record, job.id)
+                    sent += 1
             if job.finished:
                 change.cancel()
                 break
@@ -417,6 +444,19 @@ class CoordinatorService:
             return
         for message in model_messages(trained_model(job.config, theta, job.records)):
             yield message
+
+
+async def _records_from(records: RecordLog, start: int) -> list[RoundRecord]:
+    """The records from index ``start`` on that come next: a chunk read from the file in a
+    thread while ``start`` is before the in-memory window, else the window's rest.
+
+    Indices are absolute and the file holds every record counted, so however the window
+    moves meanwhile (rounds keep arriving), consecutive calls neither skip nor repeat one.
+    """
+    first = records.first_in_memory
+    if start < first:
+        return await asyncio.to_thread(records.read_file, start, min(first, start + REPLAY_CHUNK))
+    return records.read(start, len(records))
 
 
 def _status(job: JobRun) -> pb.JobStatus:

@@ -17,8 +17,9 @@ def trained_model(
     config: JobConfig, theta: np.ndarray | Sequence[float], records: Sequence[RoundRecord]
 ) -> SavedModel:
     """θ after the job's last round, with the job that made it and how far it got."""
-    evaluated = [r for r in records if not math.isnan(r.loss)]
-    last = evaluated[-1] if evaluated else None
+    # From the end: the last round is always evaluated, and a long job's older records
+    # are on disk (RecordLog), not to be read back for this.
+    last = next((r for r in reversed(records) if not math.isnan(r.loss)), None)
     return SavedModel(
         theta=np.asarray(theta, dtype=np.float64),
         model={"name": config.model.name, "options": dict(config.model.options)},

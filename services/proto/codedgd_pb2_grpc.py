@@ -27,7 +27,13 @@ if _version_not_supported:
 
 
 class CoordinatorStub:
-    """Missing associated documentation comment in .proto file."""
+    """Size limits of a request message: 8 MiB on the Connect stream (a result travels in
+    chunks of at most 4 MiB of tensor bytes), 1 MiB for a SubmitJobRequest, 16 KiB for the
+    others; a request over its limit ends with RESOURCE_EXHAUSTED, one that does not parse
+    with INVALID_ARGUMENT. Credentials (docs/security.md) are checked on the call's
+    metadata first: Connect needs the worker token, the other methods the operator token
+    (or the one token of single-token mode); a token of the other role is PERMISSION_DENIED.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -68,7 +74,13 @@ class CoordinatorStub:
 
 
 class CoordinatorServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Size limits of a request message: 8 MiB on the Connect stream (a result travels in
+    chunks of at most 4 MiB of tensor bytes), 1 MiB for a SubmitJobRequest, 16 KiB for the
+    others; a request over its limit ends with RESOURCE_EXHAUSTED, one that does not parse
+    with INVALID_ARGUMENT. Credentials (docs/security.md) are checked on the call's
+    metadata first: Connect needs the worker token, the other methods the operator token
+    (or the one token of single-token mode); a token of the other role is PERMISSION_DENIED.
+    """
 
     def Connect(self, request_iterator, context):
         """A worker's session: Hello first, then results, acks and heartbeats.
@@ -152,7 +164,13 @@ def add_CoordinatorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Coordinator:
-    """Missing associated documentation comment in .proto file."""
+    """Size limits of a request message: 8 MiB on the Connect stream (a result travels in
+    chunks of at most 4 MiB of tensor bytes), 1 MiB for a SubmitJobRequest, 16 KiB for the
+    others; a request over its limit ends with RESOURCE_EXHAUSTED, one that does not parse
+    with INVALID_ARGUMENT. Credentials (docs/security.md) are checked on the call's
+    metadata first: Connect needs the worker token, the other methods the operator token
+    (or the one token of single-token mode); a token of the other role is PERMISSION_DENIED.
+    """
 
     @staticmethod
     def Connect(request_iterator,

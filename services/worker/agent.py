@@ -202,7 +202,10 @@ class WorkerAgent:
                     raise Rejected(str(exc)) from None
                 log.info("%s: reconnecting to %s", exc, self.options.coordinator)
             except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                if exc.code() in (
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    grpc.StatusCode.PERMISSION_DENIED,  # an operator's token
+                ):
                     raise Rejected(exc.details() or "unauthenticated") from None
                 if self._restart_after is None:
                     if not self.options.reconnect:

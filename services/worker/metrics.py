@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from codedgd.services.address import serve_metrics
+from codedgd.services.metrics_endpoint import MetricsSecurity, serve_metrics
 from codedgd.services.worker.agent import WorkerAgent
 
 
@@ -103,12 +103,18 @@ class _AgentCollector(Collector):
         )
 
 
-def serve_worker_metrics(agent: WorkerAgent, port: int, address: str = "127.0.0.1") -> int:
+def serve_worker_metrics(
+    agent: WorkerAgent,
+    port: int,
+    address: str = "127.0.0.1",
+    security: MetricsSecurity | None = None,
+) -> int:
     """Serve the agent's metrics on ``address:port``; the bound port.
 
-    A port out of range or in use is a ConfigError naming it (codedgd.services.address).
+    ``security`` adds HTTPS and basic auth (codedgd.services.metrics_endpoint). A port
+    out of range or in use is a ConfigError naming it.
     """
     registry = CollectorRegistry()
     registry.register(_AgentCollector(agent))
-    server = serve_metrics(registry, port, address)
+    server = serve_metrics(registry, port, address, security=security)
     return int(server.server_address[1])

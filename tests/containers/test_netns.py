@@ -262,7 +262,7 @@ def test_ring_and_codedreduce_jobs_run_over_the_workers_peer_links(
         "--tls-server-name",
         "coordinator.codedgd.internal",
         "--token-file",
-        str(secrets / "token"),
+        str(secrets / "operator.token"),
     ]
     jobs = [
         ["-n", "6", "-r", "10", "--policy", "ring-allreduce"],
@@ -283,6 +283,60 @@ def test_ring_and_codedreduce_jobs_run_over_the_workers_peer_links(
         assert prom.value(f'sum(codedgd_rounds_total{{policy="{policy}"}})') == 10
     pushed = prom.value("sum(codedgd_worker_peer_bytes_sent_total)")
     assert pushed is not None and pushed > 0
+
+
+def test_a_worker_whose_link_is_cut_mid_job_is_dropped_and_the_job_goes_on(
+    cluster: Cluster,
+) -> None:
+    """The cable of worker 0 is pulled (its veth port on the switch goes down) while a job
+    runs: no FIN, no RST, the worker just falls silent. The coordinator drops it after
+    --worker-timeout (15 s) as silent, the tolerant job finishes every round without it,
+    and once the link is back the worker reconnects on its own."""
+    prom = cluster.prometheus
+    prom.wait_for_jobs_done(3, timeout=300)  # the jobs of the tests before
+    secrets = Path(cluster.logs) / "secrets"
+    rounds = 500
+    submit = [
+        sys.executable, "-m", "codedgd.client.cli", "submit", "--watch", "--no-progress",
+        "-n", "6", "-r", str(rounds), "--policy", "ignore-stragglers", "--param", "s=1",
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.05",
+        "--coordinator", f"{COORDINATOR_IP}:50051", "--tls-ca", str(secrets / "ca.pem"),
+        "--tls-server-name", "coordinator.codedgd.internal",
+        "--token-file", str(secrets / "operator.token"),
+    ]  # fmt: skip
+    before = prom.value('sum(codedgd_stragglers_total{reason="silent"})') or 0.0
+    job = subprocess.Popen(
+        ["ip", "netns", "exec", cluster.coordinator_ns, *submit],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (prom.value('sum(codedgd_rounds_total{policy="ignore-stragglers"})') or 0) < 5:
+            assert job.poll() is None, job.communicate()
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.5)
+        ip("-n", cluster.switch, "link", "set", "pw0", "down")
+        _out, err = job.communicate(timeout=300)
+        assert job.returncode == 0, err
+    finally:
+        ip("-n", cluster.switch, "link", "set", "pw0", "up")
+        if job.poll() is None:
+            job.kill()
+    prom.wait_for_jobs_done(4, timeout=60)
+    assert prom.value('sum(codedgd_rounds_total{policy="ignore-stragglers"})') == rounds
+    deadline = time.monotonic() + 60
+    while (prom.value('sum(codedgd_stragglers_total{reason="silent"})') or 0.0) <= before:
+        assert time.monotonic() < deadline, "the cut worker was never dropped as silent"
+        time.sleep(1)
+    # Reconnected: all six connected again (it backs off up to 10 s between tries).
+    deadline = time.monotonic() + 90
+    while prom.value("codedgd_workers_connected") != len(WORKER_IPS):
+        assert time.monotonic() < deadline, "the cut worker did not come back"
+        time.sleep(1)
 
 
 def test_prometheus_scrapes_every_host_and_dashboard_queries_answer(cluster: Cluster) -> None:

@@ -14,6 +14,7 @@ from codedgd.client.api import Client, CoordinatorUnavailable
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.security import Security, TokenInterceptor
 from codedgd.services.wire import MAX_MESSAGE_BYTES
 from codedgd.services.worker.agent import Rejected, WorkerAgent, WorkerOptions
@@ -262,5 +263,51 @@ async def test_a_request_that_does_not_parse_is_invalid_argument_naming_its_type
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert f"codedgd.v1.{kind}" in (info.value.details() or "")
         assert "codedgd.proto" in (info.value.details() or "")
+    finally:
+        await server.stop(0)
+
+
+@pytest.mark.parametrize(
+    ("method", "kind", "size"),
+    [
+        ("SubmitJob", "SubmitJobRequest", (1 << 20) + 1),
+        ("GetStatus", "StatusRequest", (16 << 10) + 1),
+        ("CancelJob", "JobRef", (16 << 10) + 1),
+        ("WatchJob", "JobRef", 4 << 20),
+        ("GetModel", "JobRef", (16 << 10) + 1),
+    ],
+)
+async def test_a_request_over_its_methods_limit_is_refused_unparsed(
+    method: str, kind: str, size: int
+) -> None:
+    """Job submission and status calls are small: a body past the method's limit (a valid
+    message, a long job id) is RESOURCE_EXHAUSTED naming the limit, never parsed, and
+    the coordinator goes on serving."""
+    server = await CoordinatorServer.start("127.0.0.1:0")
+    try:
+        async with grpc.aio.insecure_channel(
+            f"127.0.0.1:{server.port}", options=[("grpc.max_send_message_length", 8 << 20)]
+        ) as channel:
+            path = f"/codedgd.v1.Coordinator/{method}"
+            body = (
+                pb.SubmitJobRequest(job_json="x" * size)
+                if kind == "SubmitJobRequest"
+                else pb.JobRef(job_id="x" * size)
+            ).SerializeToString()
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                if method in ("WatchJob", "GetModel"):
+                    async for _ in channel.unary_stream(path)(body):
+                        pass
+                else:
+                    await channel.unary_unary(path)(body)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert f"codedgd.v1.{kind} of {len(body)} bytes is over its limit" in (
+                info.value.details() or ""
+            )
+            status = await channel.unary_unary(
+                "/codedgd.v1.Coordinator/GetStatus",
+                response_deserializer=pb.StatusResponse.FromString,
+            )(pb.StatusRequest().SerializeToString())
+            assert status.workers_connected == 0
     finally:
         await server.stop(0)
