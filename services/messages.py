@@ -126,7 +126,15 @@ def model_from_messages(messages: Iterable[pb.ModelChunk], source: str) -> Saved
         if meta is None:
             if not message.meta_json:
                 raise WireError(f"{source}: the model's description did not come first")
-            meta = json.loads(message.meta_json)
+            try:
+                meta = json.loads(message.meta_json)
+            except ValueError as exc:
+                raise WireError(f"{source}: the model's description is not JSON ({exc})") from None
+            if not isinstance(meta, dict):
+                raise WireError(
+                    f"{source}: the model's description is a JSON {type(meta).__name__}, "
+                    "not an object"
+                )
             continue
         theta = assembler.add(message.theta)
     if meta is None or theta is None:

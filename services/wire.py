@@ -167,6 +167,10 @@ class BufferPool:
         return len(self._buffers)
 
 
+# A tensor's rank at most (numpy's own limit is 64; codedgd's tensors have 1 or 2).
+MAX_DIMS = 32
+
+
 class Assembler:
     """Collects the chunks of one tensor, in order, and checks them.
 
@@ -316,6 +320,16 @@ class Assembler:
         shape = tuple(int(d) for d in chunk.shape)
         if any(d < 0 for d in shape):
             raise WireError(f"tensor {self.key!r}: negative dimension in shape {shape}")
+        if len(shape) > MAX_DIMS:
+            raise WireError(
+                f"tensor {self.key!r}: {len(shape)} dimensions, at most {MAX_DIMS} allowed"
+            )
+        # With a 0 among them the other dimensions could still be past what numpy can
+        # shape: they are bounded as if the tensor held data.
+        if math.prod(d for d in shape if d) * np.dtype(chunk.dtype).itemsize > self._max_bytes:
+            raise WireError(
+                f"tensor {self.key!r}: shape {shape} exceeds the limit of {self._max_bytes} bytes"
+            )
         if self._shape is not None and shape != self._shape:
             raise WireError(f"tensor {self.key!r}: shape {shape}, expected {self._shape}")
         nbytes = math.prod(shape) * np.dtype(chunk.dtype).itemsize

@@ -76,6 +76,10 @@ class DataPlane(Protocol):
         """Tell ``workers`` their result for round t is no longer wanted."""
         ...
 
+    def peers(self, worker: int) -> set[int]:
+        """The workers ``worker`` exchanges messages with (whose failure it may report)."""
+        ...
+
 
 class StarPlane:
     """Coordinator ↔ each worker: θ_t out to every contacted worker, each result back.
@@ -94,6 +98,9 @@ class StarPlane:
         self.chunk_bytes = chunk_bytes
         self._frames: list[bytes] = []
         self._frame_bytes = 0
+
+    def peers(self, worker: int) -> set[int]:
+        return set()  # workers of a star talk to the coordinator only
 
     def send_theta(
         self,
@@ -144,6 +151,9 @@ class RingPlane:
         self.places = places
         self.chunk_bytes = chunk_bytes
         self.n = plan.n_workers
+
+    def peers(self, worker: int) -> set[int]:
+        return {(worker - 1) % self.n, (worker + 1) % self.n} - {worker}
 
     def send_theta(
         self,
@@ -219,6 +229,10 @@ class TreePlane:
 
     def send_theta_to(self, worker: int) -> int:
         raise AssertionError("a tree round restarts for a newcomer (restarts = True)")
+
+    def peers(self, worker: int) -> set[int]:
+        parent = self.tree.parent(worker)
+        return set(self.tree.children(worker)) | ({parent} if parent >= 0 else set())
 
     def reporters(self, workers: Sequence[int]) -> set[int]:
         return set(self.tree.children(-1)) & set(workers)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from codedgd.services.coordinator.assignment import Assigner
-from codedgd.services.coordinator.dataplane import data_plane
+from codedgd.services.coordinator.dataplane import DataPlane, data_plane
 from codedgd.services.coordinator.inbox import Inbox, Lost
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.places import Places
@@ -87,6 +87,7 @@ class JobRun:
     inbox: Inbox = field(init=False)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _descent: Descent | None = None
+    _plane: DataPlane | None = None  # how the running job's rounds travel
 
     def __post_init__(self) -> None:
         if self.store is not None:
@@ -151,6 +152,17 @@ class JobRun:
             return
         peer = int(failure.peer)
         if not 0 <= peer < len(self.places) or peer == session.index:
+            return
+        if self._plane is None or peer not in self._plane.peers(session.index):
+            # A star job's workers have no peers; a ring's or tree's talk to their
+            # neighbours only: a report about anyone else cannot be true.
+            log.warning(
+                "job %s: %s reports worker %d unreachable, but it exchanges nothing with it: "
+                "ignored",
+                self.id,
+                session.label,
+                peer,
+            )
             return
         target = self.places[peer]
         reason = printable(failure.reason)
@@ -304,7 +316,7 @@ class JobRun:
         return assigner
 
     async def _rounds(self, prepared: Prepared) -> None:
-        plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
+        plane = self._plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
         loop = RoundLoop(
             self.id, self.config, self.places, self.inbox, plane, self.metrics, self.throw_out
         )

@@ -179,9 +179,11 @@ class CoordinatorService:
             await asyncio.gather(self._current_task, return_exceptions=True)
             self._current = None
 
-    def submit(self, config: JobConfig) -> JobRun:
-        """Validate and queue a job (also the in-process entry point of `codedgd run`)."""
-        _validate(config, self.data_dir)
+    def submit(self, config: JobConfig, *, checked: bool = False) -> JobRun:
+        """Validate (unless ``checked`` already) and queue a job (also the in-process
+        entry point of `codedgd run`)."""
+        if not checked:
+            _validate(config, self.data_dir)
         job = self._job(uuid.uuid4().hex[:12], config, self._order)
         self._order += 1
         if job.store is not None:
@@ -363,7 +365,10 @@ class CoordinatorService:
     ) -> pb.SubmitJobResponse:
         try:
             config = JobConfig.from_json(request.job_json)
-            job = self.submit(config)
+            # Planning a large code (n^2 for cyclic) must not stall the other jobs'
+            # rounds: checked in a thread, then queued.
+            await asyncio.to_thread(_validate, config, self.data_dir)
+            job = self.submit(config, checked=True)
         except CodedGDError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:  # a bug: say so instead of an opaque UNKNOWN
@@ -376,7 +381,7 @@ class CoordinatorService:
     ) -> AsyncIterator[pb.RoundReport]:
         job = self.jobs.get(request.job_id)
         if job is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
+            await context.abort(grpc.StatusCode.NOT_FOUND, _no_job(request.job_id))
             return
         sent = 0
         while True:
@@ -414,7 +419,7 @@ class CoordinatorService:
             else ([] if request.job_id else list(self.jobs.values()))
         )
         if request.job_id and not jobs:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
+            await context.abort(grpc.StatusCode.NOT_FOUND, _no_job(request.job_id))
         return pb.StatusResponse(
             jobs=[_status(j) for j in jobs],
             workers_connected=len(self.sessions),
@@ -425,7 +430,7 @@ class CoordinatorService:
         self, request: pb.JobRef, context: aio.ServicerContext
     ) -> pb.CancelJobResponse:
         if request.job_id not in self.jobs:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
+            await context.abort(grpc.StatusCode.NOT_FOUND, _no_job(request.job_id))
         return pb.CancelJobResponse(cancelled=self.cancel(request.job_id))
 
     async def GetModel(
@@ -433,7 +438,7 @@ class CoordinatorService:
     ) -> AsyncIterator[pb.ModelChunk]:
         job = self.jobs.get(request.job_id)
         if job is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r}")
+            await context.abort(grpc.StatusCode.NOT_FOUND, _no_job(request.job_id))
             return
         theta = job.theta
         if theta is None:
@@ -471,6 +476,12 @@ def _status(job: JobRun) -> pb.JobStatus:
         metric=last.metric if last else float("nan"),
         metric_name=last.metric_name if last else "",
     )
+
+
+def _no_job(job_id: str) -> str:
+    """NOT_FOUND's text: the id as asked, cut (a long one would push the status past
+    gRPC's 16 KiB metadata limit and the caller would see RESOURCE_EXHAUSTED instead)."""
+    return f"no job {printable(job_id, limit=64)!r}"
 
 
 def _validate(config: JobConfig, data_dir: str | None) -> None:

@@ -73,6 +73,8 @@ class SavedModel:
     @staticmethod
     def from_meta(meta: dict[str, Any], theta: np.ndarray, source: str) -> SavedModel:
         """The model of a ``meta`` document and θ, checked (``source`` names them in errors)."""
+        if not isinstance(meta, dict):
+            raise DataError(f"{source}: the model's description is not a JSON object")
         if meta.get("format") != FORMAT:
             raise DataError(
                 f"{source} is not a codedgd model (format {meta.get('format')!r}, "

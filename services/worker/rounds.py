@@ -131,6 +131,12 @@ class Rounds:
         job = self.job
         if job is None or job.job_id != job_id:
             return
+        a = job.assignment
+        if not 0 <= a.worker_index < a.n_workers:
+            self._ack(
+                job_id, f"worker_index {a.worker_index} is not a place of n_workers = {a.n_workers}"
+            )
+            return
         try:
             job.computer, job.straggler = await asyncio.to_thread(
                 build, job.assignment, job.config, job.intake.arrays, self.data_dir
@@ -146,6 +152,10 @@ class Rounds:
             job.peers = self._peer_rounds(job)
         except CodedGDError as exc:
             self._ack(job_id, str(exc))
+            return
+        except Exception as exc:  # a topology it cannot build (a code of the wrong shape)
+            log.exception("cannot take the topology of assignment %s", job_id)
+            self._ack(job_id, f"bad topology: {type(exc).__name__}: {exc}")
             return
         self._ack(job_id, "")
 

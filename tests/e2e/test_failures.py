@@ -302,3 +302,34 @@ async def test_a_workers_error_text_is_one_escaped_log_line(
     assert "\n" not in job.error and len(job.error) < 3000
     reports = [r.getMessage() for r in caplog.records if "reports" in r.getMessage()]
     assert reports and all("\n" not in line and len(line) < 2000 for line in reports)
+
+
+async def test_a_peer_failure_about_a_worker_it_exchanges_nothing_with_is_ignored(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """In a star job no worker talks to another: one that reports every other worker
+    unreachable (a lie, or a bug) costs nobody their place, and the job finishes."""
+    reports: list[int] = []
+
+    def accuses(round_: int, theta: np.ndarray, a: pb.Assignment) -> list[pb.Result | bytes]:
+        out: list[pb.Result | bytes] = []
+        for peer in range(a.n_workers):
+            if peer != a.worker_index:
+                reports.append(peer)
+                failure = pb.PeerFailure(job_id=a.job_id, round=round_, peer=peer, reason="x")
+                out.append(pb.WorkerMessage(peer_failure=failure).SerializeToString())
+        return [*out, *result(a.job_id, round_, np.zeros(theta.shape[0]))]
+
+    fake = FakeWorker(coordinator.port, accuses)
+    fake.start()
+    await wait_for(lambda: len(coordinator.service.sessions) == 1)
+    worker_processes.start(coordinator.port, 2)
+    await wait_for(lambda: len(coordinator.service.sessions) == 3)
+    job = coordinator.service.submit(JobConfig(workers=3, rounds=4, data=SYNTH))
+    try:
+        assert await _finish(coordinator, job.id) == "done", job.error
+    finally:
+        await fake.stop()
+    assert reports and not job.places.lost
+    peer_unreachable = coordinator.service.metrics.stragglers.labels("peer_unreachable")
+    assert peer_unreachable._value.get() == 0

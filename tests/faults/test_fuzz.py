@@ -30,10 +30,13 @@ coordinator while an honest job runs on worker processes: every call ends with a
 the contract names, nothing is logged as an error, and the job ends "done" with the θ of
 plain gradient descent.
 
-Bugs the properties found are kept as ``xfail(strict=True)`` tests with the failing input
-as an ``@example`` (``test_bug_*``); the broad properties let those known failures through
-(:data:`KNOWN_BUGS`, matched by where the exception escapes) so they keep looking for others.
-Once a bug is fixed its xfail passes, strict: remove the mark and its KNOWN_BUGS entry.
+The bugs the properties found (a tensor shape numpy cannot hold, a topology a worker cannot
+build or a place outside its ring killing the worker, a model description that is not a
+JSON object, a long unknown job id turning NOT_FOUND into RESOURCE_EXHAUSTED) are fixed;
+section 7 keeps their inputs as regressions. A new one is recorded there as an
+``xfail(strict=True)`` test with its input as an ``@example`` and an entry in
+:data:`KNOWN_BUGS` (matched by where the exception escapes), which the broad properties let
+through so they keep looking for others; the fix removes both.
 """
 
 from __future__ import annotations
@@ -168,19 +171,7 @@ class Bug:
     error: type[BaseException]
 
 
-KNOWN_BUGS: tuple[Bug, ...] = (
-    # test_bug_a_tensor_numpy_cannot_shape_is_a_value_error
-    Bug("wire.py", "_finish", ValueError),
-    # test_bug_a_worker_dies_on_a_topology_it_cannot_build
-    Bug("cyclic.py", "from_matrix", ValueError),
-    Bug("tree.py", "__init__", ValueError),
-    Bug("ring.py", "segments", ValueError),
-    # test_bug_a_ring_place_outside_the_ring_is_an_index_error
-    Bug("ring.py", "theta_chunk", IndexError),
-    # test_bug_a_model_description_not_a_json_object
-    Bug("messages.py", "model_from_messages", ValueError),
-    Bug("saved.py", "from_meta", AttributeError),
-)
+KNOWN_BUGS: tuple[Bug, ...] = ()  # none open: the ones found are fixed (section 7)
 
 
 def known_bug(exc: BaseException) -> Bug | None:
@@ -855,7 +846,7 @@ async def _handle(
     code, details, replies = await serve_request(service, method, request.SerializeToString())
     job_id = getattr(request, "job_id", "")
     if details_on_the_wire(job_id) < MAX_DETAILS_ON_THE_WIRE - 100:  # else a known bug:
-        # test_bug_a_long_job_id_turns_not_found_into_resource_exhausted
+        # test_a_long_unknown_job_id_is_not_found
         assert details_on_the_wire(details) <= MAX_DETAILS_ON_THE_WIRE, (method, code)
     return code, replies
 
@@ -1169,11 +1160,11 @@ def test_the_honest_streams_are_taken_and_answered() -> None:
             assert any(r.HasField("result") and r.result.round == 0 for r in replies), place
 
 
-# ---------------------------------------------------------------- 7. bugs found, still open
+# ---------------------------------------------------------------- 7. bugs found, fixed
 #
-# Each reproduces one root cause with the input the properties (or their examples) failed
-# on. xfail(strict=True): once fixed, the test passes and strict xfail fails the run, so
-# the mark and the bug's KNOWN_BUGS entries go with the fix.
+# Each reproduces one root cause the properties found, with the input they failed on; kept
+# as regressions. A new bug found goes here as xfail(strict=True) with its KNOWN_BUGS
+# entries until it is fixed.
 
 
 def bug_settings(examples: int) -> settings:
@@ -1181,22 +1172,12 @@ def bug_settings(examples: int) -> settings:
     return settings(fuzz_settings(examples), report_multiple_bugs=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="services/wire.py:351,353 Assembler._finish reshapes to the declared shape unchecked: "
-    "more than 64 dimensions, or dimensions whose product overflows (one of them 0), raise "
-    "numpy's ValueError instead of WireError. Reaches: a worker's θ (rounds.py:290) and "
-    "partition rows (assignment.py:38 via rounds.py:125: the worker process dies), a peer's "
-    "push before its step is expected (topology.py:273: Push ends UNKNOWN), the client's "
-    "model reader (messages.py:131)",
-)
 @bug_settings(100)
 @given(shape=st.lists(st.sampled_from([0, 1, 2, 2**31, 2**62, 2**63 - 1]), max_size=70))
 @example(shape=[1] * 65)
 @example(shape=[0, 2**63 - 1])
 @example(shape=[2**62, 2**62, 0])
-def test_bug_a_tensor_numpy_cannot_shape_is_a_value_error(shape: list[int]) -> None:
+def test_a_shape_numpy_cannot_hold_is_a_wire_error(shape: list[int]) -> None:
     size = math.prod(shape)
     data = b"\0" * (8 * size) if size <= 8 else b""
     chunk = pb.TensorChunk(key="t", index=0, count=1, dtype="<f8", shape=shape, data=data)
@@ -1237,20 +1218,11 @@ def _with_assignment(place: Honest, edit: Callable[[pb.Assignment], None]) -> li
     return stream
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="services/worker/rounds.py:146-147 finish_assignment catches only CodedGDError "
-    "from _peer_rounds; a tree code that is not n×n or s >= n (codes/cyclic.py:176), "
-    "children that do not match the code (worker/tree.py:51) or a ring of 0 workers "
-    "(compute/ring.py:30) raise ValueError out of WorkerAgent._handle (agent.py:341): the "
-    "worker process dies instead of refusing the assignment (AssignmentAck with the error)",
-)
 @bug_settings(len(TOPOLOGY_EDITS))
 @given(edit=st.sampled_from(sorted(TOPOLOGY_EDITS)))
 @example(edit="tree code not square")
 @example(edit="ring of 0 workers")
-def test_bug_a_worker_dies_on_a_topology_it_cannot_build(edit: str) -> None:
+def test_a_topology_the_worker_cannot_build_is_refused_not_fatal(edit: str) -> None:
     place, change = TOPOLOGY_EDITS[edit]
     stream = _with_assignment(place, change)
     agent = WorkerAgent(WorkerOptions(coordinator="127.0.0.1:1", name="fuzz"))
@@ -1269,18 +1241,10 @@ def test_bug_a_worker_dies_on_a_topology_it_cannot_build(edit: str) -> None:
     run(take())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=IndexError,
-    reason="services/worker/ring.py:61 RingRounds.theta_chunk indexes its segment bounds with "
-    "its own worker_index, which the Assignment may put outside the ring (worker_index >= "
-    "n_workers) while RoundStart.segment matches it: IndexError out of WorkerAgent._handle "
-    "(agent.py:347, rounds.py:279); the worker process dies",
-)
 @bug_settings(20)
 @given(index=st.integers(3, 2**32 - 1))
 @example(index=7)
-def test_bug_a_ring_place_outside_the_ring_is_an_index_error(index: int) -> None:
+def test_a_ring_place_outside_the_ring_is_refused_not_fatal(index: int) -> None:
     place = HONEST[4]
 
     def outside(a: pb.Assignment) -> None:
@@ -1306,37 +1270,19 @@ def test_bug_a_ring_place_outside_the_ring_is_an_index_error(index: int) -> None
     run(take())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(ValueError, AttributeError),
-    reason="services/messages.py:129 model_from_messages json.loads the first message's "
-    "meta_json unchecked: text that is not JSON raises json.JSONDecodeError (a ValueError), "
-    "and JSON that is not an object raises AttributeError in SavedModel.from_meta "
-    "(models/saved.py:76, meta.get): Client.model (client/api.py:140) shows a traceback "
-    "instead of a CodedGDError",
-)
 @bug_settings(50)
 @given(meta=st.one_of(texts(), st.sampled_from(["[]", "1", "null", '"x"'])))
 @example(meta="00")
 @example(meta="[]")
-def test_bug_a_model_description_not_a_json_object(meta: str) -> None:
+def test_a_model_description_not_a_json_object_is_a_clear_error(meta: str) -> None:
     stream = [pb.ModelChunk(meta_json=meta or "x")]
     stream += [pb.ModelChunk(theta=c) for c in tensor_chunks("theta", np.zeros(2))]
     with contextlib.suppress(CodedGDError):
         model_from_messages(stream, "the model of job x")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="services/coordinator/service.py:379,417,428,436 echo the whole requested job_id in "
-    "the NOT_FOUND details (f'no job {request.job_id!r}'), percent-encoded in the trailers: "
-    "past gRPC's metadata limits (8 KiB soft, 16 KiB hard; 3,000 non-ASCII characters are 27 "
-    "KiB) the client gets RESOURCE_EXHAUSTED 'Stream removed (received metadata size exceeds "
-    "hard limit ...)' instead of NOT_FOUND",
-)
 @pytest.mark.parametrize("method", ["GetStatus", "CancelJob", "WatchJob", "GetModel"])
-async def test_bug_a_long_job_id_turns_not_found_into_resource_exhausted(method: str) -> None:
+async def test_a_long_unknown_job_id_is_not_found(method: str) -> None:
     server = await CoordinatorServer.start("127.0.0.1:0")
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
@@ -1548,7 +1494,7 @@ def test_fuzzed_streams_and_requests_leave_the_coordinator_serving_and_the_job_e
                     cancel(pb.JobRef(job_id=submitted).SerializeToString(), timeout=CALL_TIMEOUT)
             if code == grpc.StatusCode.RESOURCE_EXHAUSTED and len(body) > 2000:
                 # A long body: over the server's request limit, or echoed in the status
-                # (test_bug_a_long_job_id_turns_not_found_into_resource_exhausted).
+                # (test_a_long_unknown_job_id_is_not_found).
                 return
             assert code in allowed[name] | {grpc.StatusCode.INVALID_ARGUMENT}, (name, code)
             assert not errors.records, errors.lines()
