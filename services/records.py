@@ -8,7 +8,10 @@ the coordinator: every one in a JSON-lines file, only the most recent in memory.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import io
 import itertools
 import json
 import math
@@ -18,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, BinaryIO, overload
+from typing import Any, overload
 
 from codedgd.services.errors import CodedGDError, ConfigError
 from codedgd.services.files import atomic_open
@@ -201,8 +204,12 @@ class RecordLog(Sequence[RoundRecord]):
     (``path`` None), every record stays in memory.
 
     The event loop's thread appends; :meth:`read_file` may run in another thread for
-    records already counted: a line is written whole and flushed before it counts, and
-    the file is never cut below the counted records.
+    records already in the file: a line is written whole before it counts there, and the
+    file is never cut below them.
+
+    A record that cannot be written (a full disk) is still counted and kept in memory,
+    with every later one, until a later append writes them all (:attr:`unwritten`,
+    :attr:`write_error`): nothing is lost, memory grows only while the disk fails.
     """
 
     def __init__(self, path: Path | None = None, window: int = DEFAULT_RECORDS_IN_MEMORY) -> None:
@@ -211,11 +218,13 @@ class RecordLog(Sequence[RoundRecord]):
         self.path = path
         self.window = window
         self.cut_line: int | None = None  # set by load: the first line it could not read
-        self._recent: deque[RoundRecord] = deque(maxlen=window if path is not None else None)
+        self._recent: deque[RoundRecord] = deque()  # the window, and any not in the file
         self._count = 0
-        self._end = 0  # bytes of the file that hold the counted records
+        self._in_file = 0  # the first _in_file records are lines of the file
+        self._end = 0  # bytes of the file that hold them
         self._offsets = array("q")  # the byte offset of every _INDEX_EVERY-th line
-        self._file: BinaryIO | None = None
+        self._file: io.FileIO | None = None
+        self.write_error: str | None = None  # why the last write failed, until one succeeds
 
     @classmethod
     def load(cls, path: Path, window: int, limit: int | None = None) -> RecordLog:
@@ -231,7 +240,11 @@ class RecordLog(Sequence[RoundRecord]):
                 if record is None:
                     log.cut_line = number
                     break
-                log._count_line(record, len(line))
+                log._recent.append(record)
+                log._count += 1
+                log._counted_in_file(len(line))
+                if len(log._recent) > window:
+                    log._recent.popleft()
                 if limit is not None and len(log) >= limit:
                     break
         return log
@@ -239,37 +252,62 @@ class RecordLog(Sequence[RoundRecord]):
     # ------------------------------------------------------------ writing
 
     def append(self, record: RoundRecord) -> None:
-        """Count ``record``: a line of the file (flushed), and the newest in memory."""
-        if self.path is None:
-            self._recent.append(record)
-            self._count += 1
-            return
-        line = _line(record)
-        f = self.open()
-        try:
-            f.write(line)
-            f.flush()
-        except OSError as exc:
-            raise CodedGDError(
-                f"cannot write round {record.round}'s record to {self.path}: {exc.strerror or exc}"
-            ) from None
-        self._count_line(record, len(line))
-
-    def _count_line(self, record: RoundRecord, size: int) -> None:
-        if self._count % _INDEX_EVERY == 0:
-            self._offsets.append(self._end)
+        """Count ``record``: the newest in memory, and a line of the file with any that
+        could not be written before (see :attr:`write_error`)."""
         self._recent.append(record)
         self._count += 1
+        if self.path is not None:
+            self._write_unwritten()
+
+    @property
+    def unwritten(self) -> int:
+        """Records counted but not in the file yet (a write failed)."""
+        return self._count - self._in_file if self.path is not None else 0
+
+    def _write_unwritten(self) -> None:
+        first = self.first_in_memory
+        lines = [_line(r) for r in itertools.islice(self._recent, self._in_file - first, None)]
+        try:
+            f = self.open()
+            data = memoryview(b"".join(lines))
+            while data:  # an unbuffered file: a short write is written on
+                written = f.write(data)
+                if not written:
+                    raise OSError(errno.ENOSPC, "nothing written")
+                data = data[written:]
+        except (OSError, CodedGDError) as exc:
+            self.write_error = str(getattr(exc, "strerror", None) or exc)
+            self._undo_torn_write()
+            return
+        self.write_error = None
+        for line in lines:
+            self._counted_in_file(len(line))
+        while len(self._recent) > self.window and self.first_in_memory < self._in_file:
+            self._recent.popleft()
+
+    def _undo_torn_write(self) -> None:
+        """Cut the bytes of a failed write (the file ends with whole records again)."""
+        f, self._file = self._file, None
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.truncate(self._end)
+            with contextlib.suppress(OSError):
+                f.close()  # open() cuts at _end again if the truncate failed
+
+    def _counted_in_file(self, size: int) -> None:
+        if self._in_file % _INDEX_EVERY == 0:
+            self._offsets.append(self._end)
+        self._in_file += 1
         self._end += size
 
-    def open(self) -> BinaryIO:
+    def open(self) -> io.FileIO:
         """The file, ready for appends: cut after the records counted (dropping a torn
         last line, or the rounds after a checkpoint a resumed job runs again)."""
         if self._file is None:
             assert self.path is not None, "a log without a file has nothing to open"
-            f: BinaryIO | None = None
+            f: io.FileIO | None = None
             try:  # in a directory that exists (a removed spill directory is not made again)
-                f = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
+                f = io.FileIO(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), "r+")
                 f.truncate(self._end)
                 f.seek(self._end)
             except OSError as exc:
@@ -355,7 +393,7 @@ class RecordLog(Sequence[RoundRecord]):
         safe in a worker thread while the loop appends."""
         if stop <= start:
             return []
-        if self.path is None or stop > self._count:
+        if self.path is None or stop > self._in_file:
             raise IndexError(f"round records {start}..{stop} are not in {self.path}")
         block = start // _INDEX_EVERY
         out: list[RoundRecord] = []

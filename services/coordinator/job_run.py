@@ -333,8 +333,25 @@ class JobRun:
         def on_round(t: int) -> None:
             self.round = t
 
+        failing = False  # the records file cannot be written (a full disk)
+
         def on_record(record: RoundRecord) -> None:
+            nonlocal failing
             self.records.append(record)
+            error = self.records.write_error
+            if error is not None and not failing:
+                log.error(
+                    "job %s: cannot write round records to %s (%s): keeping them in memory "
+                    "until it can, and no checkpoint is taken meanwhile; free space there",
+                    self.id,
+                    self.records.path,
+                    error,
+                )
+            elif error is None and failing:
+                log.warning(
+                    "job %s: round records are written to %s again", self.id, self.records.path
+                )
+            failing = error is not None
             if self.on_record is not None:
                 self.on_record(record)
             self._publish()
@@ -345,8 +362,20 @@ class JobRun:
                 and (t + 1) % self.checkpoint_every == 0
                 and t + 1 < self.config.rounds
             ):
+                if self.records.unwritten:
+                    return  # a checkpoint past the records on disk could not be resumed
                 checkpoint = Checkpoint(self.id, t, descent.state())
-                await asyncio.to_thread(store.checkpoint, checkpoint)
+                try:
+                    await asyncio.to_thread(store.checkpoint, checkpoint)
+                except OSError as exc:  # the last checkpoint written stays the one to resume
+                    log.error(
+                        "job %s: cannot write the checkpoint of round %d to %s: %s; the job "
+                        "goes on",
+                        self.id,
+                        t,
+                        store.path,
+                        exc.strerror or exc,
+                    )
 
         await loop.run(
             descent, on_round, on_record, start=start, wall=wall, after_round=after_round
