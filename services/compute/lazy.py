@@ -20,6 +20,9 @@ from collections.abc import Mapping
 import numpy as np
 
 THRESHOLD_PARAM = "lag.threshold"
+# The PartitionData key of a worker's last upload, handed over with its assignment when a
+# job resumes or a newcomer takes a place (partition field 0, not a partition's data).
+LAST_UPLOAD_KEY = "lag.last_upload"
 
 
 class LazyUploader:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codedgd.services.compute.lazy import LAST_UPLOAD_KEY
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.places import Places
 from codedgd.services.coordinator.sessions import Sessions, WorkerSession
@@ -144,6 +145,13 @@ class Assigner:
                 session.send(message)
                 self.metrics.assignment_bytes.inc(len(message))
                 await asyncio.sleep(0)
+        memory = prepared.policy.worker_memory(index)
+        if memory is not None:  # the place's last upload: the newcomer decides the same
+            for message in tensor_messages(
+                self.job_id, 0, [(LAST_UPLOAD_KEY, memory)], self.chunk_bytes
+            ):
+                session.send(message)
+                self.metrics.assignment_bytes.inc(len(message))
         session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.job_id)))
 
 
@@ -191,6 +199,13 @@ def partition_messages(
         ]
     else:
         tensors.append(("X", np.asarray(X, dtype=np.float64)))
+    return tensor_messages(job_id, partition, tensors, chunk_bytes)
+
+
+def tensor_messages(
+    job_id: str, partition: int, tensors: list[tuple[str, np.ndarray]], chunk_bytes: int
+) -> list[bytes]:
+    """Tensors as serialized PartitionData frames of ``partition``."""
     messages = []
     for key, array in tensors:
         for c in chunks(key, array, chunk_bytes):

@@ -223,6 +223,10 @@ class JobRun:
         try:
             self._set_state("assigning")
             prepared = await asyncio.to_thread(prepare, self.config, self.data_dir)
+            if self.resume is not None:
+                # What workers must remember (Policy.worker_memory) goes out with their
+                # assignments: the policy's memory first (the descent loads it again).
+                prepared.policy.load_state(self.resume.state["policy"])
             assigner = await self._assign(prepared)
             self._set_state("running")
             replacer = Replacer(self.sessions, self.places, self.inbox, assigner, self.metrics)

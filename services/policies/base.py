@@ -224,6 +224,12 @@ class Policy(ABC):
         """Record an arrival already added into :meth:`arrival_sum`; True once decodable."""
         raise NotImplementedError(f"{self.name} does not sum payloads on arrival")
 
+    def worker_memory(self, worker: int) -> np.ndarray | None:
+        """What the worker holding place ``worker`` must remember from earlier rounds to
+        decide as its predecessor would (lag-wk: its last upload), sent with its
+        assignment when a job resumes or a newcomer takes the place. Default: nothing."""
+        return None
+
     def superseded(self) -> frozenset[int]:
         """Workers contacted this round whose message is no longer needed.
 

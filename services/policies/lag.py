@@ -281,6 +281,10 @@ class LagWK(LazyPolicy):
     def feasible(self, outstanding: frozenset[int]) -> bool:
         return set(range(self._n)) - self._arrived <= outstanding
 
+    def worker_memory(self, worker: int) -> np.ndarray | None:
+        # The worker uploads its message itself, so its last upload is this copy.
+        return self.latest(worker)
+
 
 @register
 class LagPS(LazyPolicy):

@@ -26,7 +26,7 @@ import numpy as np
 
 from codedgd.services.codes.cyclic import CyclicCode
 from codedgd.services.compute.gradient import CancelFlag, Cancelled, Computer, ComputeResult
-from codedgd.services.compute.lazy import LazyUploader
+from codedgd.services.compute.lazy import LAST_UPLOAD_KEY, LazyUploader
 from codedgd.services.errors import CodedGDError, WireError
 from codedgd.services.job import JobConfig
 from codedgd.services.proto import codedgd_pb2 as pb
@@ -141,6 +141,11 @@ class Rounds:
             job.computer, job.straggler = await asyncio.to_thread(
                 build, job.assignment, job.config, job.intake.arrays, self.data_dir
             )
+            # A place taken over (a resumed job, a newcomer): its last upload, so the
+            # lazy trigger decides as the worker before it would have.
+            last = job.intake.arrays.get((0, LAST_UPLOAD_KEY))
+            if last is not None:
+                job.lazy.uploaded(last)
         except CodedGDError as exc:
             self._ack(job_id, str(exc))
             return

@@ -4,7 +4,8 @@ The coordinator runs as its own process; kill -9 (or SIGTERM) takes it down mid-
 a new one starts on the same state directory, the workers (reconnecting with backoff)
 are assigned again, and the job ends where an uninterrupted run of it ends: the same
 loss every round and the same θ, bit for bit (policies whose rounds are deterministic
-given the seed: frc's group sums and lag-ps's lazy sum do not depend on arrival order).
+given the seed: frc's group sums and the lazy sums do not depend on arrival order; a
+lag-wk worker is handed its last upload with its assignment, so it skips as it would have).
 """
 
 from __future__ import annotations
@@ -71,8 +72,12 @@ async def _run(
 
 @pytest.mark.parametrize(
     "policy",
-    [Component("frc", {"s": 1}), Component("lag-ps", {"xi": 1.0})],
-    ids=["frc", "lag-ps"],
+    [
+        Component("frc", {"s": 1}),
+        Component("lag-ps", {"xi": 1.0}),
+        Component("lag-wk", {"xi": 1.0}),
+    ],
+    ids=["frc", "lag-ps", "lag-wk"],
 )
 async def test_kill_9_of_the_coordinator_mid_job_resumes_bit_identical(
     tmp_path: Path,
