@@ -80,6 +80,7 @@ async def run_local(
     metrics_port: int | None = None,
     worker_log: str | None = None,
     startup_timeout: float = 120.0,
+    log_format: str = "text",
 ) -> LocalRun:
     """Run one job locally and return its records; raises JobFailed if the job fails.
 
@@ -125,6 +126,7 @@ async def run_local(
             ]
             if data_dir:
                 args += ["--data-dir", data_dir]
+            args += ["--log-format", log_format]  # the worker log as the run's own
             procs.append(
                 await asyncio.create_subprocess_exec(
                     *args, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=sink

@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,23 @@ def test_the_worker_logs_json_lines_when_asked() -> None:
     assert logged, proc.stderr
     for line in logged:
         assert json.loads(line)["logger"] == "codedgd.worker"
+
+
+def test_codedgd_run_gives_its_workers_the_log_format(tmp_path: Path) -> None:
+    """`codedgd --log-format json run --worker-log F`: the workers' lines in F are JSON too
+    (a log shipper reading F parses every line)."""
+    log = tmp_path / "workers.log"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "codedgd.client.cli", "--log-format", "json", "run",
+            "-n", "2", "-r", "2", "--no-progress", "--worker-log", str(log),
+        ],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    assert lines, (proc.stdout, proc.stderr)
+    for line in lines:
+        assert json.loads(line)["logger"].startswith("codedgd"), line
 
 
 @pytest.mark.parametrize(

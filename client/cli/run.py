@@ -95,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_submitted=job_ids.append,
             metrics_port=args.metrics_port,
             worker_log=args.worker_log,
+            log_format=args.log_format,
         )
 
     started = time.time()
