@@ -46,6 +46,26 @@ def parse_address(address: str, option: str = "--listen") -> tuple[str, int]:
     return host, port
 
 
+DEFAULT_PORT = 50051  # what `codedgd coordinator` listens on unless told otherwise
+
+
+def check_target(target: str, option: str = "--coordinator") -> None:
+    """A coordinator address a client dials must name its port: gRPC would quietly try
+    443 for ``localhost``. Targets with a scheme (``unix:``, ``dns:///``...) pass as they are."""
+    if (
+        "/" in target
+        or target.startswith(UNIX_PREFIXES)
+        or target.startswith(("dns:", "ipv4:", "ipv6:"))
+    ):
+        return
+    bracketed = target.startswith("[") and target.endswith("]")
+    if target and (bracketed or ":" not in target):
+        raise ConfigError(
+            f"{option} {target!r} has no port: a coordinator listens on {DEFAULT_PORT} unless "
+            f"started with another --listen; use {target}:{DEFAULT_PORT}"
+        )
+
+
 def probe_bind(host: str, port: int) -> str | None:
     """Bind ``host:port`` with a plain socket and let it go: why that fails, or None.
 

@@ -45,7 +45,7 @@ from typing import Any, Literal
 import grpc
 from grpc import aio
 
-from codedgd.services.address import bind_failure
+from codedgd.services.address import bind_failure, check_target
 from codedgd.services.errors import ConfigError
 
 log = logging.getLogger("codedgd.security")
@@ -146,6 +146,7 @@ class Security:
     def channel(self, target: str, options: Any = ()) -> aio.Channel:
         """An aio channel to ``target``: TLS when a CA is configured, plaintext otherwise."""
         opts = list(options)
+        check_target(target)
         self.check_client()
         if self.tls_ca is None:
             return aio.insecure_channel(target, options=opts)

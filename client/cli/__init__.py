@@ -24,9 +24,12 @@ traceback. A command module registers its subcommand(s) with ``add_parser(s)`` a
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from codedgd.client.cli import catalog, health, jobs, logs, model, report, run, serve, simulate
 from codedgd.client.cli.exits import Terminated
@@ -36,8 +39,51 @@ from codedgd.services.errors import CodedGDError, ConfigError
 LOG_FORMAT_HELP = "log lines as text (default) or one JSON object per line"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a suggestion for a mistyped command or flag ("did you mean")."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._command_parser(getattr(parsed, "command", None))
+            hints = [_hint(extra, _flags(command or self)) for extra in extras]
+            self.error(
+                f"unrecognized arguments: {' '.join(extras)}"
+                + "".join(f"; did you mean {h}?" for h in dict.fromkeys(hints) if h)
+            )
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            options = re.findall(r"'([^']*)'", choice.group(2))
+            near = difflib.get_close_matches(choice.group(1), options, n=1)
+            if near:
+                message += f"; did you mean {near[0]}?"
+        super().error(message)
+
+    def _command_parser(self, command: str | None) -> argparse.ArgumentParser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                parser: argparse.ArgumentParser = action.choices[command]
+                return parser
+        return None
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+
+
+def _hint(extra: str, flags: list[str]) -> str:
+    """The flag ``extra`` (``--name`` or ``--name=value``) was probably meant to be."""
+    if not extra.startswith("--"):
+        return ""
+    near = difflib.get_close_matches(extra.split("=", 1)[0], flags, n=1, cutoff=0.7)
+    return near[0] if near else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="codedgd",
         description="Straggler-resilient, communication-efficient distributed gradient descent.",
         epilog=EPILOG,
