@@ -20,7 +20,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "rounds, the distribution of round times per run (PNG and SVG), report.md "
             "(a markdown table of round times, final loss/metric, time to the target loss "
             "and speedups over the baseline, with the figures) and report.json (the same "
-            "numbers at full precision). One color per policy. Needs matplotlib "
+            "numbers at full precision). Runs are compared only within one problem "
+            "(same data and its options, model and its options, n, jobs' target loss, "
+            "metric): files of several problems are refused unless --split or --mix. "
+            "Labels name the policy and whatever else differs among the runs. One color "
+            "per policy, one line style and marker per run. Needs matplotlib "
             "(pip install 'codedgd[report]')."
         ),
         epilog=EPILOG,
@@ -34,7 +38,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="a legend label per result file, in order, repeatable "
-        "(default: policy(params), [sim] for simulated runs)",
+        "(default: policy(params), [sim] for simulated runs, then what else differs "
+        "among the runs: n, data, stragglers, seed, ...)",
     )
     p.add_argument(
         "--target-loss",
@@ -47,6 +52,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--baseline",
         help="label or 0-based index of the run the speedups are relative to "
         "(default: the first uncoded run, else the first)",
+    )
+    mixing = p.add_mutually_exclusive_group()
+    mixing.add_argument(
+        "--split",
+        action="store_true",
+        help="result files of different problems: one table and one set of figures per "
+        "problem (figures in a sub-directory each) instead of refusing",
+    )
+    mixing.add_argument(
+        "--mix",
+        action="store_true",
+        help="result files of different problems: draw them on the same figures and "
+        "table anyway (labels name what differs; losses and speedups are not comparable)",
     )
     p.add_argument("--title", default="codedgd report", help="title of report.md")
     p.add_argument("--no-figures", action="store_true", help="only report.md and report.json")
@@ -67,6 +85,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         baseline=args.baseline,
         figures=not args.no_figures,
         title=args.title,
+        mixing="split" if args.split else "mix" if args.mix else "refuse",
     )
     print(files.markdown.read_text(encoding="utf-8"))
     print(f"report: {files.markdown}, {files.json}, {len(files.figures)} figure file(s)")

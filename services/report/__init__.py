@@ -13,35 +13,72 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from codedgd.services.errors import ConfigError
 from codedgd.services.report.summary import (
+    Group,
     Report,
     Run,
+    distinguishing_labels,
+    group_by_problem,
+    incomparable_message,
     load_runs,
     markdown_table,
+    mixed_group,
+    problem_text,
+    problem_title,
+    relabel,
     report_dict,
     summarize_runs,
 )
 
 __all__ = [
+    "Group",
     "Report",
     "ReportFiles",
     "Run",
     "build_report",
+    "group_by_problem",
     "load_runs",
     "markdown_table",
     "summarize_runs",
 ]
 
+# What to do with result files of different problems (see group_by_problem).
+MIXING = ("refuse", "split", "mix")
+
 
 @dataclass(frozen=True)
 class ReportFiles:
-    report: Report
+    report: Report  # the first problem's (the only one unless split)
     markdown: Path
     json: Path
     figures: tuple[Path, ...]
+    reports: tuple[Report, ...] = ()  # one per problem
+    groups: tuple[Group, ...] = ()
+
+
+def _slug(i: int, group: Group) -> str:
+    """``p2-amazon-logistic-n30``: the sub-directory of a problem's figures."""
+    p = group.problem
+    parts = [f"p{i}", p["data"].split("(")[0], p["model"].split("(")[0], f"n{p['n']}"]
+    text = "-".join(x for x in parts if x and x not in ("?", "n?"))
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def _baseline_for(group: Group, runs: Sequence[Run], wanted: str | None) -> str | None:
+    """--baseline for one problem of a split report: a label or a file index of one of its
+    runs applies; otherwise that problem takes the default baseline."""
+    if wanted is None:
+        return None
+    if any(r.label == wanted for r in group.runs):
+        return wanted
+    if wanted.isdigit() and int(wanted) < len(runs) and runs[int(wanted)] in group.runs:
+        return runs[int(wanted)].label
+    return None
 
 
 def build_report(
@@ -53,29 +90,88 @@ def build_report(
     baseline: str | None = None,
     figures: bool = True,
     title: str = "codedgd report",
+    mixing: str = "refuse",
 ) -> ReportFiles:
-    """Write the figures, ``report.md`` and ``report.json`` into ``out_dir``."""
+    """Write the figures, ``report.md`` and ``report.json`` into ``out_dir``.
+
+    Runs of one problem (same data, model, n, target loss and metric) share a table and
+    figures. Runs of several problems are refused (``mixing="refuse"``, the message names
+    the keys they differ in and the files), reported one problem after the other with the
+    figures in a sub-directory each (``"split"``), or drawn together anyway (``"mix"``).
+    """
     from codedgd.services.report.plots import write_figures
 
+    if mixing not in MIXING:
+        raise ConfigError(f"mixing must be one of {', '.join(MIXING)}, got {mixing!r}")
     runs = load_runs(paths, labels)
-    report = summarize_runs(runs, target_loss=target_loss, baseline=baseline)
+    groups = group_by_problem(runs)
+    if len(groups) > 1:
+        if mixing == "refuse":
+            raise ConfigError(incomparable_message(groups))
+        if mixing == "mix":
+            groups = [mixed_group(runs)]
+        elif not labels:
+            # Labels tell apart the runs of a problem, not of the whole input.
+            groups = [
+                Group(g.problem, tuple(relabel(g.runs, distinguishing_labels(g.runs))))
+                for g in groups
+            ]
+    split = len(groups) > 1
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written: tuple[Path, ...] = ()
-    if figures:
-        # A diverged run's huge losses overflow the log axis' transforms (numpy warns);
-        # matplotlib still draws them at the top of the axis.
-        with np.errstate(over="ignore", invalid="ignore"):
-            written = tuple(write_figures(runs, out, target_loss=report.target_loss))
-    sources = "\n".join(f"- {r.label}: `{r.path}`" for r in runs)
-    images = "\n".join(
-        f"![{p.stem.replace('_', ' ')}]({p.name})" for p in written if p.suffix == ".png"
-    )
+    reports: list[Report] = []
+    written: list[Path] = []
+    sections: list[str] = []
+    docs: list[dict[str, Any]] = []
+    for i, group in enumerate(groups, 1):
+        wanted = _baseline_for(group, runs, baseline) if split else baseline
+        report = summarize_runs(group.runs, target_loss=target_loss, baseline=wanted)
+        reports.append(report)
+        where = out / _slug(i, group) if split else out
+        figs: tuple[Path, ...] = ()
+        if group.differing:
+            heading = "mixed problems (they differ in " + ", ".join(group.differing) + ")"
+        else:
+            heading = problem_title(group.problem)
+        if figures:
+            # A diverged run's huge losses overflow the log axis' transforms (numpy warns);
+            # matplotlib still draws them at the top of the axis.
+            with np.errstate(over="ignore", invalid="ignore"):
+                figs = tuple(
+                    write_figures(group.runs, where, target_loss=report.target_loss, title=heading)
+                )
+        written.extend(figs)
+        sections.append(_section(i if split else 0, group, report, figs, out))
+        docs.append(
+            {
+                "problem": group.problem,
+                "differing": list(group.differing),
+                **({"figures_dir": where.name} if split else {}),
+                **report_dict(report),
+            }
+        )
     md = out / "report.md"
-    md.write_text(
-        f"# {title}\n\n{markdown_table(report)}\nResult files:\n\n{sources}\n\n{images}\n",
-        encoding="utf-8",
-    )
+    md.write_text(f"# {title}\n\n" + "\n".join(sections), encoding="utf-8")
     js = out / "report.json"
-    js.write_text(json.dumps(report_dict(report), indent=1) + "\n", encoding="utf-8")
-    return ReportFiles(report, md, js, written)
+    doc: dict[str, Any] = {"problems": docs} if split else docs[0]
+    js.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return ReportFiles(reports[0], md, js, tuple(written), tuple(reports), tuple(groups))
+
+
+def _section(index: int, group: Group, report: Report, figs: Sequence[Path], out: Path) -> str:
+    if group.differing:
+        problem = (
+            f"**Mixed problems** (forced with --mix): the runs differ in "
+            f"{', '.join(group.differing)}, so their losses, the target and the speedups "
+            "are not comparable."
+        )
+    else:
+        problem = f"Problem: {problem_text(group.problem)}."
+    head = f"## Problem {index}: {problem_title(group.problem)}\n\n" if index else ""
+    sources = "\n".join(f"- {r.label}: `{r.path}`" for r in group.runs)
+    images = "\n".join(
+        f"![{p.stem.replace('_', ' ')}]({p.relative_to(out).as_posix()})"
+        for p in figs
+        if p.suffix == ".png"
+    )
+    return f"{head}{problem}\n\n{markdown_table(report)}\nResult files:\n\n{sources}\n\n{images}\n"

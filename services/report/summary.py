@@ -86,6 +86,51 @@ class Report:
     rows: tuple[RunSummary, ...]
 
 
+UNKNOWN = "?"
+
+# What makes two runs the same problem: the objective (dataset with its options, model with
+# its options), how many workers share it, the target loss the jobs stop at, and the
+# held-out metric (one metric per axis even when a file does not name its model).
+PROBLEM_KEYS = ("data", "model", "n", "target", "metric")
+
+# How a job-document field is named in a label, in the order labels list them.
+_FIELD_NAMES = {
+    "job.workers": "n",
+    "data": "data",
+    "model": "model",
+    "job.target_loss": "target",
+    "stragglers": "stragglers",
+    "optimizer": "optimizer",
+    "job.seed": "seed",
+    "job.rounds": "rounds",
+    "job.partitions": "partitions",
+    "job.eval_every": "eval_every",
+}
+# Never told apart in labels: ids, the policy (named first anyway), the simulator's
+# cost model (the [sim] mark says a run is simulated).
+_NOT_DISTINGUISHING = {"job_id", "policy", "simulation", "format"}
+
+
+def component_text(doc: Any) -> str:
+    """``exponential(mean=0.5)`` for ``{"name": "exponential", "mean": 0.5}``."""
+    if not isinstance(doc, dict):
+        return UNKNOWN if doc is None else str(doc)
+    name = str(doc.get("name", ""))
+    params = {k: v for k, v in doc.items() if k != "name"}
+    inner = ", ".join(f"{k}={_value(v)}" for k, v in sorted(params.items()))
+    if not name:
+        return inner or UNKNOWN
+    return f"{name}({inner})" if inner else name
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, dict):
+        return component_text(v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
 def run_label(job: dict[str, Any], simulated: bool) -> str:
     """``erasurehead(K=15, r=2)``, with `` [sim]`` for a simulated run."""
     policy = job.get("policy") or {}
@@ -97,14 +142,150 @@ def run_label(job: dict[str, Any], simulated: bool) -> str:
     return text + (" [sim]" if simulated else "")
 
 
+def job_fields(job: dict[str, Any]) -> dict[str, str]:
+    """The job document flattened to ``field → text`` (``job.seed``, ``stragglers``, ...)."""
+    out: dict[str, str] = {}
+    for key, value in job.items():
+        if key in _NOT_DISTINGUISHING:
+            continue
+        if key == "job" and isinstance(value, dict):
+            out.update({f"job.{k}": _value(v) for k, v in value.items()})
+        elif isinstance(value, dict):
+            out[key] = component_text(value)
+        else:
+            out[key] = _value(value)
+    return out
+
+
+def problem_of(run: Run) -> dict[str, str]:
+    """The run's problem: data, model, n, target, metric (``?`` where the file is silent)."""
+    job = run.job
+    section = job.get("job")
+    if isinstance(section, dict):
+        n = _value(section["workers"]) if "workers" in section else UNKNOWN
+        target = _value(section["target_loss"]) if "target_loss" in section else "none"
+    else:
+        n = target = UNKNOWN
+    return {
+        "data": component_text(job["data"]) if "data" in job else UNKNOWN,
+        "model": component_text(job["model"]) if "model" in job else UNKNOWN,
+        "n": n,
+        "target": target,
+        "metric": run.metric_name or UNKNOWN,
+    }
+
+
+def problem_text(problem: dict[str, str]) -> str:
+    """``data=amazon, model=logistic(l2=0.0001), n=30, target=none, metric=auc``."""
+    return ", ".join(f"{k}={v}" for k, v in problem.items() if v != UNKNOWN) or "unknown problem"
+
+
+def problem_title(problem: dict[str, str]) -> str:
+    """A figure's suptitle: ``amazon · logistic(l2=0.0001) · n = 30``."""
+    parts = [problem[k] for k in ("data", "model") if problem[k] != UNKNOWN]
+    if problem["n"] != UNKNOWN:
+        parts.append(f"n = {problem['n']}")
+    if problem["target"] not in (UNKNOWN, "none"):
+        parts.append(f"jobs' target loss {problem['target']}")
+    return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Runs of one problem (or, forced with ``--mix``, of several)."""
+
+    problem: dict[str, str]  # the keys the runs share; differing keys hold "mixed"
+    runs: tuple[Run, ...]
+    differing: tuple[str, ...] = ()  # problem keys on which the runs differ (forced mix)
+
+
+def _compatible(a: dict[str, str], b: dict[str, str]) -> bool:
+    return all(a[k] == b[k] or UNKNOWN in (a[k], b[k]) for k in PROBLEM_KEYS)
+
+
+def group_by_problem(runs: Sequence[Run]) -> list[Group]:
+    """Runs grouped by problem, in the order of the files; a key a file does not say
+    (``?``, e.g. a watched job's result) matches any value."""
+    groups: list[tuple[dict[str, str], list[Run]]] = []
+    for run in runs:
+        mine = problem_of(run)
+        for problem, members in groups:
+            if _compatible(problem, mine):
+                members.append(run)
+                problem.update({k: v for k, v in mine.items() if problem[k] == UNKNOWN})
+                break
+        else:
+            groups.append((dict(mine), [run]))
+    return [Group(problem, tuple(members)) for problem, members in groups]
+
+
+def mixed_group(runs: Sequence[Run]) -> Group:
+    """All runs as one group (``--mix``): the problem keys they differ on are named."""
+    problems = [problem_of(r) for r in runs]
+    differing = tuple(
+        k for k in PROBLEM_KEYS if len({p[k] for p in problems if p[k] != UNKNOWN}) > 1
+    )
+    problem = {
+        k: "mixed" if k in differing else next((p[k] for p in problems if p[k] != UNKNOWN), UNKNOWN)
+        for k in PROBLEM_KEYS
+    }
+    return Group(problem, tuple(runs), differing)
+
+
+def incomparable_message(groups: Sequence[Group]) -> str:
+    """Why runs of several problems are refused, which files belong to which, and the flags."""
+    differing = [k for k in PROBLEM_KEYS if len({g.problem[k] for g in groups} - {UNKNOWN}) > 1]
+    lines = [
+        f"the result files hold {len(groups)} different problems (they differ in "
+        f"{', '.join(differing)}): their losses, targets and speedups are not comparable"
+    ]
+    for i, g in enumerate(groups, 1):
+        keys = ", ".join(f"{k}={g.problem[k]}" for k in differing)
+        files = ", ".join(str(r.path) for r in g.runs)
+        lines.append(f"  problem {i} ({keys}): {files}")
+    lines.append(
+        "give --split for one table and one set of figures per problem, or --mix to "
+        "draw them together anyway"
+    )
+    return "\n".join(lines)
+
+
+def distinguishing_labels(runs: Sequence[Run]) -> list[str]:
+    """Each run's policy label plus the job fields that differ among ``runs``
+    (``frc(s=1) · n=8, stragglers=exponential(mean=0.5)``); equal labels are then told
+    apart by file name, then by position."""
+    fields = [job_fields(r.job) for r in runs]
+    keys = list(dict.fromkeys(k for f in fields for k in f))
+    # A field a file does not hold (a watched job's, a hand-written one) tells nothing apart.
+    differ = [k for k in keys if len({f[k] for f in fields if k in f}) > 1]
+    order = list(_FIELD_NAMES)
+    differ.sort(key=lambda k: (order.index(k) if k in order else len(order), k))
+    labels = []
+    for run, f in zip(runs, fields, strict=True):
+        base = run_label(run.job, run.simulated)
+        extra = ", ".join(
+            f"{_FIELD_NAMES.get(k, k.removeprefix('job.'))}={f[k]}" for k in differ if k in f
+        )
+        labels.append(f"{base} · {extra}" if extra else base)
+    return _distinct(labels, [r.path.stem for r in runs])
+
+
+def relabel(runs: Sequence[Run], labels: Sequence[str]) -> list[Run]:
+    return [
+        Run(r.path, label, r.policy, r.simulated, r.job, r.records, r.error)
+        for r, label in zip(runs, labels, strict=True)
+    ]
+
+
 def load_runs(paths: Sequence[str | Path], labels: Sequence[str] = ()) -> list[Run]:
-    """Read result files (``codedgd run``/``simulate`` JSON) into labelled runs."""
+    """Read result files (``codedgd run``/``simulate`` JSON) into labelled runs: the
+    given labels, else :func:`distinguishing_labels`."""
     if not paths:
         raise ConfigError("give at least one result file (.json written by run or simulate)")
     if labels and len(labels) != len(paths):
         raise ConfigError(f"{len(labels)} --label value(s) for {len(paths)} result file(s)")
     runs: list[Run] = []
-    for i, raw in enumerate(paths):
+    for raw in paths:
         path = Path(raw)
         if not path.is_file():
             raise ConfigError(f"result file {path} does not exist")
@@ -116,15 +297,11 @@ def load_runs(paths: Sequence[str | Path], labels: Sequence[str] = ()) -> list[R
             raise ConfigError(f"{path} holds no rounds")
         simulated = "simulation" in job
         policy = str((job.get("policy") or {}).get("name", "?"))
-        label = labels[i] if labels else run_label(job, simulated)
         error = str(summary.get("error") or "")
-        runs.append(Run(path, label, policy, simulated, job, tuple(records), error))
-    labels_now = _distinct([r.label for r in runs], [r.path.stem for r in runs])
-    out = [
-        Run(r.path, label, r.policy, r.simulated, r.job, r.records, r.error)
-        for r, label in zip(runs, labels_now, strict=True)
-    ]
-    return out
+        runs.append(Run(path, "", policy, simulated, job, tuple(records), error))
+    if labels:
+        return relabel(runs, _distinct(list(labels), [r.path.stem for r in runs]))
+    return relabel(runs, distinguishing_labels(runs))
 
 
 def _distinct(labels: list[str], stems: list[str]) -> list[str]:
