@@ -1,12 +1,14 @@
-"""Datasets: the embedded synthetic default and loaders of real datasets.
+"""Datasets: the embedded synthetic default, loaders of real datasets, a user's own
+files (``file``) and datasets of installed plugins (the ``codedgd.datasets`` entry points).
 
 Real datasets are read from a data directory: ``--data-dir`` or the
 ``CODEDGD_DATA_DIR`` environment variable. They are never shipped with codedgd.
+A user's files and plugin datasets are read by the coordinator, which sends workers
+their rows (docs/data.md).
 """
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 from collections.abc import Callable, Mapping
@@ -14,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from codedgd.services.data.dataset import Dataset, partition_rows, take_rows
+from codedgd.services.data.files import check_file_options, load_file
 from codedgd.services.data.lag_synthetic import check_lag_synthetic, make_lag_synthetic
+from codedgd.services.data.plugins import (
+    DATASET_GROUP,
+    check_plugin_dataset,
+    dataset_plugin,
+    load_plugin_dataset,
+    plugin_names,
+    unknown_name,
+)
 from codedgd.services.data.synthetic import check_synthetic, is_real, make_synthetic
 from codedgd.services.errors import ConfigError, DataError
 
@@ -27,6 +38,8 @@ DATASETS: dict[str, str] = {
     "kc-house": "King County house sales, price × 1e-6, one-hot least squares (sparse)",
     "lag-synthetic": "LAG's heterogeneous least squares, X_m = growth^(m-1) q_m q_m^T + I, "
     "split among workers (options: workers, dim, growth, noise)",
+    "file": "your own LIBSVM/svmlight, CSV or .npz file or directory of shards (options: "
+    "path, format, label, task, delimiter, bias, test_fraction; docs/data.md)",
 }
 
 # Datasets generated from the seed: never read from disk, so workers always get rows inline.
@@ -42,8 +55,15 @@ CHECKS: dict[str, Callable[..., None]] = {
 
 
 def is_generated(name: str) -> bool:
-    """True for datasets made from the seed (no data directory involved)."""
-    return name in GENERATORS
+    """True for datasets whose rows the coordinator always sends to workers inline: those
+    made from the seed, a user's ``file`` (read where the coordinator runs) and plugin
+    datasets. Only the real datasets of a data directory may be read by workers."""
+    return name not in _REAL
+
+
+def dataset_names() -> list[str]:
+    """Every dataset a job can name: the built-in ones, then installed plugins'."""
+    return [*DATASETS, *(p for p in plugin_names(DATASET_GROUP) if p not in DATASETS)]
 
 
 def resolve_data_dir(explicit: str | Path | None) -> Path:
@@ -63,6 +83,10 @@ def resolve_data_dir(explicit: str | Path | None) -> Path:
     return path
 
 
+# The real datasets of a data directory (workers started with --data-dir read them too).
+_REAL = ("amazon", "covtype", "kc-house")
+
+
 def _loaders() -> dict[str, Callable[..., Dataset]]:
     from codedgd.services.data import loaders
 
@@ -77,11 +101,16 @@ def check_dataset_options(
     name: str, options: Mapping[str, Any], data_dir: str | Path | None = None
 ) -> None:
     """Validate a dataset name and its option names (and the data directory) without loading."""
+    if name == "file":
+        _check_file(options, data_dir)
+        return
     if name not in DATASETS:
-        near = difflib.get_close_matches(name, DATASETS, n=2)
-        hint = f" Did you mean {', '.join(near)}?" if near else ""
-        raise ConfigError(f"unknown dataset {name!r}.{hint} Available: {', '.join(DATASETS)}")
-    fn: Callable[..., Dataset] = GENERATORS[name] if is_generated(name) else _loaders()[name]
+        plugin = dataset_plugin(name)
+        if plugin is None:
+            raise unknown_name("dataset", name, DATASETS, DATASET_GROUP)
+        check_plugin_dataset(name, plugin, options)
+        return
+    fn: Callable[..., Dataset] = GENERATORS[name] if name in GENERATORS else _loaders()[name]
     accepted = {p for p in inspect.signature(fn).parameters if p not in ("data_dir", "seed")}
     unknown = set(options) - accepted
     if unknown:
@@ -89,7 +118,7 @@ def check_dataset_options(
             f"dataset {name!r} has no option(s) {', '.join(sorted(unknown))}; "
             f"its options: {', '.join(sorted(accepted)) or 'none'}"
         )
-    if is_generated(name):  # the values too: nothing to load, so nothing else to wait for
+    if name in GENERATORS:  # the values too: nothing to load, so nothing else to wait for
         defaults = {k: v.default for k, v in inspect.signature(fn).parameters.items()}
         values = {key: options.get(key, defaults[key]) for key in accepted}
         CHECKS[name](**values)
@@ -106,6 +135,17 @@ def check_dataset_options(
                 f"{exc} (the data directory is the coordinator's: `codedgd run --data-dir`, "
                 f"`codedgd coordinator --data-dir`, or {DATA_DIR_ENV} where it runs)"
             ) from None
+
+
+def _check_file(options: Mapping[str, Any], data_dir: str | Path | None) -> None:
+    accepted = {p for p in inspect.signature(load_file).parameters if p not in ("data_dir", "seed")}
+    unknown_keys = set(options) - accepted
+    if unknown_keys:
+        raise ConfigError(
+            f"dataset 'file' has no option(s) {', '.join(sorted(unknown_keys))}; "
+            f"its options: {', '.join(sorted(accepted))}"
+        )
+    check_file_options(**{"path": "", **dict(options)}, data_dir=data_dir)
 
 
 # The learning task of each dataset whose task is fixed; synthetic's is its `task` option.
@@ -139,9 +179,14 @@ def check_owner_partitions(name: str, owners: int, k: int) -> None:
 
 def dataset_task(name: str, options: Mapping[str, Any]) -> str:
     """ "classification" (0/1 labels) or "regression" (real targets): what the data is for."""
-    if name == "synthetic":
+    if name in ("synthetic", "file"):
         return str(options.get("task", "classification"))
-    return _TASK[name]
+    if name in _TASK:
+        return _TASK[name]
+    plugin = dataset_plugin(name)
+    if plugin is None:
+        raise unknown_name("dataset", name, DATASETS, DATASET_GROUP)
+    return str(plugin.task)
 
 
 def load_dataset(
@@ -149,7 +194,12 @@ def load_dataset(
 ) -> Dataset:
     """Load a dataset by name with a seeded train/test split."""
     check_dataset_options(name, options, data_dir)
-    if is_generated(name):
+    if name == "file":
+        return load_file(seed=seed, data_dir=data_dir, **dict(options))
+    if name not in DATASETS:
+        plugin = dataset_plugin(name)
+        return load_plugin_dataset(name, plugin, options, seed)
+    if name in GENERATORS:
         try:
             return GENERATORS[name](seed=seed, **dict(options))
         except TypeError as exc:
@@ -163,6 +213,7 @@ __all__ = [
     "check_dataset_options",
     "check_owner_partitions",
     "data_owners",
+    "dataset_names",
     "dataset_task",
     "is_generated",
     "load_dataset",

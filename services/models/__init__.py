@@ -1,23 +1,32 @@
 """Gradient oracles by name, and the training objective the coordinator reports.
 
 Users pick a model with ``[model] name = "logistic"`` and its options (``l2``);
-:func:`create_model` checks both and names the valid choices on a mistake.
+:func:`create_model` checks both and names the valid choices on a mistake. Installed
+packages add models through the ``codedgd.models`` entry points
+(:mod:`codedgd.services.models.plugin`, docs/data.md).
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from codedgd.services.data.dataset import Matrix
+from codedgd.services.data.plugins import (
+    MODEL_GROUP,
+    check_plugin_options,
+    load_plugin,
+    plugin_names,
+    unknown_name,
+)
 from codedgd.services.errors import ConfigError
 from codedgd.services.models.base import Model
 from codedgd.services.models.least_squares import LeastSquares
 from codedgd.services.models.logistic import LogisticRegression, roc_auc
+from codedgd.services.models.plugin import PluginModel
 
 __all__ = [
     "MODELS",
@@ -25,6 +34,7 @@ __all__ = [
     "LogisticRegression",
     "Model",
     "create_model",
+    "model_names",
     "objective",
     "objective_smoothness",
     "roc_auc",
@@ -44,13 +54,20 @@ _CLASSES: dict[str, type[LogisticRegression] | type[LeastSquares]] = {
 _OPTIONS: dict[str, str] = {"l2": "L2 regularisation λ >= 0 of the objective (default 0)"}
 
 
+def model_names() -> list[str]:
+    """Every model a job can name: the built-in ones, then installed plugins'."""
+    return [*MODELS, *(p for p in plugin_names(MODEL_GROUP) if p not in MODELS)]
+
+
 def create_model(name: str, options: Mapping[str, Any] | None = None) -> Model:
-    """Build a model by name; ``options`` may hold ``l2`` (a number >= 0, or a numeric string)."""
+    """Build a model by name; ``options`` may hold ``l2`` (a number >= 0, or a numeric string).
+
+    A name that is not built in is looked up among the ``codedgd.models`` plugins; a
+    plugin's other options go to its constructor.
+    """
     cls = _CLASSES.get(name)
     if cls is None:
-        near = difflib.get_close_matches(str(name), MODELS, n=2)
-        hint = f" Did you mean {' or '.join(near)}?" if near else ""
-        raise ConfigError(f"unknown model {name!r}.{hint} Valid models: {', '.join(MODELS)}")
+        return _plugin_model(str(name), dict(options or {}))
     opts = dict(options or {})
     unknown = sorted(set(opts) - set(_OPTIONS))
     if unknown:
@@ -61,6 +78,26 @@ def create_model(name: str, options: Mapping[str, Any] | None = None) -> Model:
         )
     l2 = _nonnegative_float(name, "l2", opts.get("l2", 0.0))
     return cls(l2=l2)
+
+
+def _plugin_model(name: str, opts: dict[str, Any]) -> Model:
+    factory = load_plugin(MODEL_GROUP, name) if isinstance(name, str) else None
+    if factory is None:
+        raise unknown_name("model", name, MODELS, MODEL_GROUP)
+    if not callable(factory):
+        raise ConfigError(
+            f"model plugin {name!r} names a {type(factory).__name__}, not a class or factory: "
+            "its entry point must name a callable that returns the model (docs/data.md)"
+        )
+    l2 = _nonnegative_float(name, "l2", opts.pop("l2", 0.0))
+    check_plugin_options("model", name, factory, opts, skip=("l2",))
+    try:
+        inner = factory(**opts)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"model {name!r}: {exc}") from None
+    return cast(Model, PluginModel(name, inner, l2))
 
 
 def _nonnegative_float(model: str, key: str, value: Any) -> float:
