@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import TracebackType
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -44,6 +45,15 @@ class JobState:
     loss: float
     metric: float
     metric_name: str
+    # What the job waits for, in words, e.g. "waiting for 3 more workers (5 connected,
+    # job needs 8)" ("": nothing), and while it waits for workers, how many more it needs.
+    detail: str = ""
+    workers_missing: int = 0
+    workers_needed: int = 0
+    # Over its rounds so far: results received, and gradient computations asked of
+    # workers (a lazy policy such as LAG uploads less than it computes).
+    uploads: int = 0
+    computations: int = 0
 
     @property
     def rounds_done(self) -> int:
@@ -52,12 +62,29 @@ class JobState:
             return min(self.round + 1, self.rounds)
         return self.round if self.state in ("running", "failed", "diverged", "cancelled") else 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The job's state as JSON values (NaN loss or metric: None)."""
+        d = asdict(self)
+        for key in ("loss", "metric"):
+            if is_nan(d[key]):
+                d[key] = None
+        d["rounds_done"] = self.rounds_done
+        return d
+
 
 @dataclass(frozen=True)
 class CoordinatorStatus:
     jobs: tuple[JobState, ...]
     workers_connected: int
     workers: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `codedgd status --json` prints."""
+        return {
+            "workers_connected": self.workers_connected,
+            "workers": list(self.workers),
+            "jobs": [j.to_dict() for j in self.jobs],
+        }
 
 
 class Client:
@@ -114,6 +141,11 @@ class Client:
                 j.loss,
                 j.metric,
                 j.metric_name,
+                j.detail,
+                int(j.workers_missing),
+                int(j.workers_needed),
+                int(j.uploads),
+                int(j.computations),
             )
             for j in reply.jobs
         )

@@ -26,6 +26,8 @@ class Progress:
         self._metric = math.nan
 
     def status(self, text: str) -> None:
+        """Say what the job does instead of training, e.g. "waiting for 3 more workers
+        (5 connected, job needs 8)"; the next round puts "training" back."""
         self._bar.set_description_str(text)
 
     def update(self, record: RoundRecord) -> None:

@@ -83,6 +83,13 @@ def summarize(
         "p50_round_seconds": times[len(times) // 2] if times else None,
         "bytes_up": sum(r.bytes_up for r in records),
         "bytes_down": sum(r.bytes_down for r in records),
+        # What every policy counts per round, summed: results received, gradient
+        # computations asked, workers cancelled, late results dropped (a lazy policy
+        # such as LAG uploads less than it computes).
+        "uploads": sum(r.uploads for r in records),
+        "computations": sum(r.computations for r in records),
+        "cancelled": sum(r.cancelled for r in records),
+        "late_dropped": sum(r.late_dropped for r in records),
         "target_loss": target_loss,
         "time_to_target_seconds": target_round.wall_seconds if target_round else None,
         "rounds_to_target": target_round.round + 1 if target_round else None,
@@ -99,6 +106,8 @@ def summary_line(s: dict[str, Any]) -> str:
         parts.append(f"{s['metric_name']} {s['final_metric']:.4g}")
     if s["mean_round_seconds"] is not None:
         parts.append(f"mean round {s['mean_round_seconds'] * 1e3:.1f} ms")
+    if s.get("uploads", 0) != s.get("computations", 0):  # a lazy policy skipped uploads
+        parts.append(f"{s['uploads']} uploads of {s['computations']} computations")
     if s["target_loss"] is not None:
         t = s["time_to_target_seconds"]
         parts.append(

@@ -51,7 +51,16 @@ from codedgd.services.errors import ConfigError
 log = logging.getLogger("codedgd.security")
 
 TOKEN_ENV = "CODEDGD_TOKEN"
-OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+# Open without a token: health, and server reflection (the API's schema only, public in
+# protos/); v1 reflection, not served, answers UNIMPLEMENTED so clients use v1alpha.
+OPEN_METHODS = frozenset(
+    {
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch",
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    }
+)
 
 Role = Literal["worker", "operator"]
 ROLES: tuple[Role, ...] = ("worker", "operator")

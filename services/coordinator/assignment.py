@@ -52,11 +52,18 @@ class Assigner:
         """Can this worker hold a place of the job (a ring or tree needs a Peer service)?"""
         return self.topology == "star" or bool(session.peer_address)
 
-    async def assign(self, sessions: Sessions, places: Places) -> None:
-        """Wait for n idle workers, give them the job's places, and wait for every ack."""
+    async def assign(
+        self,
+        sessions: Sessions,
+        places: Places,
+        on_idle: Callable[[int], None] | None = None,
+    ) -> None:
+        """Wait for n idle workers, give them the job's places, and wait for every ack.
+
+        ``on_idle`` hears how many idle workers are connected while this waits for them."""
         n = self.config.workers
         try:
-            chosen = await sessions.wait_idle(n, self.timeout)
+            chosen = await sessions.wait_idle(n, self.timeout, on_idle)
         except TimeoutError:
             raise JobFailed(
                 f"the job needs {n} workers but only {len(sessions.idle())} idle worker(s) "

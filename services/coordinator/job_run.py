@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +57,19 @@ FINAL_STATES = ("done", "failed", "diverged", "cancelled", "interrupted")
 DEFAULT_CHECKPOINT_EVERY = 10
 # A job's outcome, for an operator's log; `codedgd run` reports it itself and mutes this.
 outcome_log = logging.getLogger("codedgd.coordinator.outcome")
+# A running job's progress goes to the log every tenth of its rounds, and at least this
+# often (seconds) when rounds are slow.
+PROGRESS_LOG_SECONDS = 30.0
+PROGRESS_LOG_PARTS = 10
+
+
+def waiting_text(missing: int, connected: int, idle: int, needed: int) -> str:
+    """What a job waiting for workers tells its watchers and the log."""
+    busy = connected - idle
+    return (
+        f"waiting for {missing} more worker{'s' if missing != 1 else ''} ({connected} "
+        f"connected{f', {busy} busy' if busy > 0 else ''}, job needs {needed})"
+    )
 
 
 @dataclass
@@ -88,10 +103,20 @@ class JobRun:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _descent: Descent | None = None
     _plane: DataPlane | None = None  # how the running job's rounds travel
+    # What the job waits for, in words ("": nothing), and while it waits for idle
+    # workers to start, how many more it needs (see JobStatus in the .proto).
+    detail: str = ""
+    workers_missing: int = 0
+    # Results received and gradient computations asked over the job's rounds.
+    uploads: int = 0
+    computations: int = 0
 
     def __post_init__(self) -> None:
         if self.store is not None:
             self.records = self.store.records  # records.jsonl: the only copy on disk
+        for record in self.records:  # a job read back from its state directory
+            self.uploads += record.uploads
+            self.computations += record.computations
         self.places = Places(self.id)
         self.inbox = Inbox(self.places, self.metrics)
         # Workers of a ring or tree job present it to each other (never to anyone else).
@@ -239,6 +264,7 @@ class JobRun:
             if cancelled_meanwhile:  # a client's cancel landed as the last round ended
                 raise asyncio.CancelledError
             self.state = "done"
+            outcome_log.info("job %s done: %s", self.id, self._progress())
         except asyncio.CancelledError:
             if self.interrupted:
                 self.state = "interrupted"
@@ -247,6 +273,7 @@ class JobRun:
             else:
                 self.state = "cancelled"
                 self.error = self.error or "cancelled by a client"
+                outcome_log.info("job %s %s after %s", self.id, self.error, self._progress())
         except Diverged as exc:
             self.state = "diverged"
             self.error = str(exc)
@@ -260,6 +287,7 @@ class JobRun:
             self.error = f"internal error: {type(exc).__name__}: {exc}"
             log.exception("job %s crashed", self.id)
         finally:
+            self.detail, self.workers_missing = "", 0
             self.places.release(self.state)
             self.metrics.jobs.labels(self.state).inc()
             self.records.close()
@@ -301,6 +329,19 @@ class JobRun:
 
     async def _assign(self, prepared: Prepared) -> Assigner:
         """Ship the job to n idle workers; the Assigner then serves replacements too."""
+        plan, data = prepared.plan, prepared.dataset
+        log.info(
+            "job %s planned: policy %s, n=%d workers, k=%d partitions, topology %s, "
+            "data %s (%d rows, dim %d)",
+            self.id,
+            prepared.policy.name,
+            plan.n_workers,
+            plan.n_partitions,
+            plan.topology.kind,
+            self.config.data.name,
+            data.X_train.shape[0],
+            data.dim,
+        )
         n = self.config.workers
         dim = prepared.dataset.dim
         self.inbox.payload_len = [prepared.plan.payload_length(i, dim) for i in range(n)]
@@ -316,8 +357,55 @@ class JobRun:
             self.places,
             self.peer_credential,
         )
-        await assigner.assign(self.sessions, self.places)
+        try:
+            await assigner.assign(self.sessions, self.places, self._idle_workers)
+        finally:
+            self.detail, self.workers_missing = "", 0
+            self.metrics.workers_missing.set(0)
+        log.info(
+            "job %s assigned to %s",
+            self.id,
+            ", ".join(f"{i}={s.name}" for i, s in enumerate(self.places.holders)),
+        )
         return assigner
+
+    def _idle_workers(self, idle: int) -> None:
+        """While the job waits for workers: say how many it still needs, once per count."""
+        needed = self.config.workers
+        missing = max(0, needed - idle)
+        detail = (
+            waiting_text(missing, len(self.sessions), idle, needed)
+            if missing
+            else f"assigning to {needed} workers"
+        )
+        if detail == self.detail:
+            return
+        if missing:
+            log.info("job %s: %s", self.id, detail)
+        self.detail, self.workers_missing = detail, missing
+        self.metrics.workers_missing.set(missing)
+        self._publish()
+
+    def _progress(self) -> str:
+        """Where the job stands: rounds done of its rounds, time, last loss (for the log)."""
+        records = self.records
+        text = f"{len(records)}/{self.config.rounds} rounds"
+        if records:
+            last = records[-1]
+            text += f" in {last.wall_seconds:.2f} s"
+            loss = next(
+                (
+                    r.loss
+                    for r in reversed(records.read(records.first_in_memory, len(records)))
+                    if not math.isnan(r.loss)
+                ),
+                math.nan,
+            )
+            if not math.isnan(loss):
+                text += f", loss {loss:.6g}"
+            if not math.isnan(last.metric):
+                text += f", {last.metric_name} {last.metric:.4g}"
+        return text
 
     async def _rounds(self, prepared: Prepared) -> None:
         plane = self._plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
@@ -338,10 +426,20 @@ class JobRun:
             self.round = t
 
         failing = False  # the records file cannot be written (a full disk)
+        every = max(1, self.config.rounds // PROGRESS_LOG_PARTS)
+        logged = time.monotonic()
 
         def on_record(record: RoundRecord) -> None:
-            nonlocal failing
+            nonlocal failing, logged
             self.records.append(record)
+            self.uploads += record.uploads
+            self.computations += record.computations
+            now, done = time.monotonic(), record.round + 1
+            if done < self.config.rounds and (
+                done % every == 0 or now - logged >= PROGRESS_LOG_SECONDS
+            ):
+                log.info("job %s: %s", self.id, self._progress())
+                logged = now
             error = self.records.write_error
             if error is not None and not failing:
                 log.error(

@@ -128,6 +128,11 @@ class CoordinatorMetrics:
         self.workers_connected = Gauge(
             "codedgd_workers_connected", "Workers with an open stream.", registry=r
         )
+        self.workers_missing = Gauge(
+            "codedgd_workers_missing",
+            "More idle workers the job about to start waits for (0: it waits for none).",
+            registry=r,
+        )
         self.jobs = Counter(
             "codedgd_jobs_total", "Jobs finished, by final state.", ["state"], registry=r
         )

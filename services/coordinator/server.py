@@ -1,4 +1,4 @@
-"""Serving the coordinator: the gRPC server, health service and metrics endpoint.
+"""Serving the coordinator: the gRPC server, health and reflection services, metrics endpoint.
 
 The handlers are registered by hand rather than through the generated
 ``add_CoordinatorServicer_to_server``: responses pass through bytes (θ_t is
@@ -22,6 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
 from codedgd.services.address import (
     UNIX_PREFIXES,
@@ -43,6 +44,12 @@ from codedgd.services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
 
 log = logging.getLogger("codedgd.coordinator")
 SERVICE_NAME = "codedgd.v1.Coordinator"
+# What server reflection lists (its descriptors come from the imported generated code).
+REFLECTED_SERVICES = (
+    SERVICE_NAME,
+    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+    reflection.SERVICE_NAME,
+)
 T = TypeVar("T")
 M = TypeVar("M", bound=Message)
 
@@ -206,6 +213,8 @@ class CoordinatorServer:
             server.add_generic_rpc_handlers((_handlers(service),))
             health_servicer = health.aio.HealthServicer()
             health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+            # grpcurl, Postman and the like list and call the API without the .proto.
+            reflection.enable_server_reflection(REFLECTED_SERVICES, server)
             port = security.add_port(server, address)
             await server.start()
             service.start()

@@ -421,7 +421,7 @@ class CoordinatorService:
         if request.job_id and not jobs:
             await context.abort(grpc.StatusCode.NOT_FOUND, _no_job(request.job_id))
         return pb.StatusResponse(
-            jobs=[_status(j) for j in jobs],
+            jobs=[_status(j, self._current) for j in jobs],
             workers_connected=len(self.sessions),
             workers=[s.name for s in self.sessions.all()],
         )
@@ -464,8 +464,11 @@ async def _records_from(records: RecordLog, start: int) -> list[RoundRecord]:
     return records.read(start, len(records))
 
 
-def _status(job: JobRun) -> pb.JobStatus:
+def _status(job: JobRun, current: JobRun | None = None) -> pb.JobStatus:
     last = job.records[-1] if job.records else None
+    detail = job.detail
+    if job.state == "queued" and current is not None and current is not job:
+        detail = f"queued behind job {current.id} (jobs run one at a time)"
     return pb.JobStatus(
         job_id=job.id,
         state=job.state,
@@ -475,6 +478,11 @@ def _status(job: JobRun) -> pb.JobStatus:
         loss=last.loss if last else float("nan"),
         metric=last.metric if last else float("nan"),
         metric_name=last.metric_name if last else "",
+        detail=detail,
+        workers_missing=job.workers_missing,
+        workers_needed=job.config.workers,
+        uploads=job.uploads,
+        computations=job.computations,
     )
 
 

@@ -101,11 +101,19 @@ class Sessions:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_idle(self, n: int, timeout: float) -> list[WorkerSession]:
-        """Wait until n idle workers are connected; return the n that came first."""
+    async def wait_idle(
+        self, n: int, timeout: float, on_count: Callable[[int], None] | None = None
+    ) -> list[WorkerSession]:
+        """Wait until n idle workers are connected; return the n that came first.
+
+        ``on_count`` hears the number of idle workers now and after every arrival or
+        departure while this waits (the same number may come more than once)."""
 
         def enough() -> bool:
-            return len(self.idle()) >= n
+            idle = len(self.idle())
+            if on_count is not None:
+                on_count(idle)
+            return idle >= n
 
         async with self._changed:
             await asyncio.wait_for(self._changed.wait_for(enough), timeout=timeout)

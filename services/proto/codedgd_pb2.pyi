@@ -358,7 +358,7 @@ class RoundReport(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "state", "round", "rounds", "error", "loss", "metric", "metric_name")
+    __slots__ = ("job_id", "state", "round", "rounds", "error", "loss", "metric", "metric_name", "detail", "workers_missing", "workers_needed", "uploads", "computations")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -367,6 +367,11 @@ class JobStatus(_message.Message):
     LOSS_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     METRIC_NAME_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_MISSING_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_NEEDED_FIELD_NUMBER: _ClassVar[int]
+    UPLOADS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTATIONS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     round: int
@@ -375,7 +380,12 @@ class JobStatus(_message.Message):
     loss: float
     metric: float
     metric_name: str
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., round: _Optional[int] = ..., rounds: _Optional[int] = ..., error: _Optional[str] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ...) -> None: ...
+    detail: str
+    workers_missing: int
+    workers_needed: int
+    uploads: int
+    computations: int
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., round: _Optional[int] = ..., rounds: _Optional[int] = ..., error: _Optional[str] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., detail: _Optional[str] = ..., workers_missing: _Optional[int] = ..., workers_needed: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("job_id",)
