@@ -176,7 +176,8 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--data",
         "-d",
-        help="dataset: synthetic (default), lag-synthetic, amazon, covtype, kc-house",
+        help="dataset: synthetic (default), lag-synthetic, amazon, covtype, kc-house, file "
+        "(your own: --data-opt path=..., docs/data.md), or an installed plugin's",
     )
     g.add_argument(
         "--data-opt",
@@ -185,9 +186,14 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="dataset option, repeatable (synthetic: rows, dim, task, density, noise, "
-        "test_fraction; lag-synthetic: workers, dim, growth, noise; real: test_fraction)",
+        "test_fraction; lag-synthetic: workers, dim, growth, noise; real: test_fraction; "
+        "file: path, format, label, task, delimiter, bias, test_fraction)",
     )
-    g.add_argument("--model", "-m", help="model: logistic (default) or least-squares")
+    g.add_argument(
+        "--model",
+        "-m",
+        help="model: logistic (default), least-squares, or an installed plugin's (docs/data.md)",
+    )
     g.add_argument(
         "--l2",
         type=float,
