@@ -12,6 +12,7 @@ start (:meth:`Assigner.assign`) and a newcomer taking a lost place
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,8 @@ from codedgd.services.job.prepare import Prepared
 from codedgd.services.policies.base import Plan
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import PARTITION_DATA, chunks, framed, tensor_chunks
+
+log = logging.getLogger("codedgd.coordinator")
 
 
 @dataclass
@@ -84,7 +87,17 @@ class Assigner:
             await self.send(index, session, job_json)
         for index, future in places.acks.items():
             error = await self.acknowledged(future)
-            if error:
+            if error and index in places.lost:
+                # It went away before acknowledging (a crash, a cut link): its place is
+                # vacant like any lost worker's, for a tolerant policy to do without or a
+                # newcomer to take (or the first round fails naming it).
+                log.warning(
+                    "job %s: %s was lost while taking its assignment (%s); its place is vacant",
+                    self.job_id,
+                    places[index].label,
+                    error,
+                )
+            elif error:
                 raise JobFailed(f"{places[index].label} cannot take its assignment: {error}")
 
     async def acknowledged(self, future: asyncio.Future[str]) -> str:

@@ -333,3 +333,25 @@ async def test_a_peer_failure_about_a_worker_it_exchanges_nothing_with_is_ignore
     assert reports and not job.places.lost
     peer_unreachable = coordinator.service.metrics.stragglers.labels("peer_unreachable")
     assert peer_unreachable._value.get() == 0
+
+
+async def test_a_worker_lost_while_taking_its_assignment_leaves_a_vacant_place(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """A worker that disconnects before it acknowledges (a crash at start-up, a cut link)
+    does not fail the job: its place is vacant like a lost worker's, and a policy that
+    tolerates a straggler trains without it."""
+    fake = FakeWorker(coordinator.port, lambda *_: [], acks=False)
+    fake.start()
+    await wait_for(lambda: len(coordinator.service.sessions) == 1)
+    worker_processes.start(coordinator.port, 2)
+    await wait_for(lambda: len(coordinator.service.sessions) == 3)
+    config = JobConfig(
+        workers=3, rounds=4, data=SYNTH, policy=Component("ignore-stragglers", {"s": 1})
+    )
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: fake.assignment is not None)
+    await fake.stop()
+    assert await _finish(coordinator, job.id) == "done", job.error
+    assert len(job.records) == 4
+    assert all(len(r.workers_used) == 2 for r in job.records)
