@@ -20,7 +20,7 @@ echo "== container suite: install"
 missing=()
 # iptables: netavark (podman's network backend) calls it for every container on a network;
 # without it every `podman run` fails with "netavark: No such file or directory".
-for tool in podman runc debootstrap prometheus ip tc openssl iptables; do
+for tool in podman runc debootstrap prometheus ip tc openssl iptables catatonit; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -28,8 +28,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends \
         podman runc debootstrap prometheus iproute2 openssl ca-certificates \
-        netavark aardvark-dns iptables
+        netavark aardvark-dns iptables catatonit
 fi
+# tests/containers/test_k8s.py renders deploy/k8s with kubectl's kustomize (1.21 or newer:
+# Debian's kubernetes-client is 1.20, too old for kustomize components); it comes with the
+# machine image here (Google Cloud SDK), from no registry this script may use.
+command -v kubectl >/dev/null || echo "scripts/ci_containers.sh: kubectl (>= 1.21) is missing:" \
+    "tests/containers/test_k8s.py will fail; install it from your cluster tooling" >&2
 python3 -m pip show -q podman-compose >/dev/null 2>&1 || python3 -m pip install -q podman-compose
 python3 -m pip install -q -e ".[dev]"
 
