@@ -356,3 +356,27 @@ def build(tag: str, dockerfile: Path, context: Path) -> None:
         str(context),
         timeout=1200,
     )
+
+
+# The images the suite runs, under the tags test_compose.py also builds.
+APP_IMAGE = "localhost/codedgd:containers-test"
+PROMETHEUS_IMAGE = "localhost/codedgd-prometheus:containers-test"
+_BUILT: set[str] = set()
+
+
+def build_suite_images() -> None:
+    """APP_IMAGE and PROMETHEUS_IMAGE from the project's Dockerfiles, once per test session.
+
+    For module fixtures (tests/containers/test_k8s.py): a second module needing the same
+    images builds nothing more. A build after another (test_compose.py's own) reuses
+    podman's layer cache and takes seconds.
+    """
+    app = ROOT / "docker" / "Dockerfile"
+    prom = ROOT / "docker" / "prometheus" / "Dockerfile"
+    todo = [(t, f) for t, f in ((APP_IMAGE, app), (PROMETHEUS_IMAGE, prom)) if t not in _BUILT]
+    if not todo:
+        return
+    ensure_base_images([from_image(f) for _t, f in todo])
+    for tag, dockerfile in todo:
+        build(tag, dockerfile, ROOT if dockerfile == app else dockerfile.parent)
+        _BUILT.add(tag)
