@@ -8,6 +8,8 @@ from typing import Literal, TypeAlias
 import numpy as np
 import scipy.sparse as sp
 
+from codedgd.services.errors import DataError
+
 Matrix: TypeAlias = np.ndarray | sp.csr_matrix
 Task: TypeAlias = Literal["classification", "regression"]
 
@@ -71,3 +73,25 @@ def fingerprint(X: Matrix, y: np.ndarray) -> str:
         h.update(np.ascontiguousarray(X, dtype=np.float64).tobytes())
     h.update(np.ascontiguousarray(y, dtype=np.float64).tobytes())
     return h.hexdigest()[:16]
+
+
+def split(
+    X: Matrix, y: np.ndarray, *, name: str, task: str, seed: int, test_fraction: float = 0.2
+) -> Dataset:
+    """The seeded train/test split every loaded dataset gets (the same rows for a seed)."""
+    if not 0 < test_fraction < 1:
+        raise DataError(f"{name}: test_fraction must be in (0, 1), got {test_fraction}")
+    n = int(y.shape[0])
+    n_test = round(n * test_fraction)
+    if n - n_test < 1:
+        raise DataError(f"{name}: test_fraction {test_fraction} leaves no training rows")
+    perm = np.random.default_rng([seed, 0x5717]).permutation(n)
+    test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    return Dataset(
+        name=name,
+        task=task,  # type: ignore[arg-type]
+        X_train=take_rows(X, train),
+        y_train=y[train],
+        X_test=take_rows(X, test),
+        y_test=y[test],
+    )

@@ -27,7 +27,7 @@ from typing import IO, Any
 import numpy as np
 import scipy.sparse as sp
 
-from codedgd.services.data.dataset import Dataset, Matrix, take_rows
+from codedgd.services.data.dataset import Dataset, Matrix, split
 from codedgd.services.errors import ConfigError, DataError
 
 FORMATS = ("libsvm", "csv", "npz")
@@ -490,26 +490,6 @@ def task_labels(y: np.ndarray, task: str, where: str) -> np.ndarray:
         )
     labels: np.ndarray = (y == classes[1]).astype(np.float64)
     return labels
-
-
-def split(
-    X: Matrix, y: np.ndarray, *, name: str, task: str, seed: int, test_fraction: float = 0.2
-) -> Dataset:
-    """The seeded train/test split every loaded dataset gets."""
-    n = int(y.shape[0])
-    n_test = round(n * test_fraction)
-    if n - n_test < 1:
-        raise DataError(f"{name}: test_fraction {test_fraction} leaves no training rows")
-    perm = np.random.default_rng([seed, 0x5717]).permutation(n)
-    test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
-    return Dataset(
-        name=name,
-        task=task,  # type: ignore[arg-type]
-        X_train=take_rows(X, train),
-        y_train=y[train],
-        X_test=take_rows(X, test),
-        y_test=y[test],
-    )
 
 
 __all__ = ["FORMATS", "check_file_options", "check_matrix", "load_file", "split", "task_labels"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from codedgd.services.data.dataset import Dataset, Matrix, take_rows
+from codedgd.services.data.dataset import Dataset, split
 from codedgd.services.errors import DataError
 
 AMAZON_FILE = Path("amazon_employee_access") / "train.csv.gz"
@@ -87,25 +87,6 @@ def _numeric(rows: list[list[str]], path: Path, dtype: type = float) -> np.ndarr
         raise DataError(f"{path} has a non-numeric cell ({exc}): {_fix(path)}") from None
 
 
-def _split(
-    X: Matrix, y: np.ndarray, name: str, task: str, seed: int, test_fraction: float
-) -> Dataset:
-    if not 0 < test_fraction < 1:
-        raise DataError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    n = y.shape[0]
-    n_test = round(n * test_fraction)
-    perm = np.random.default_rng([seed, 0x5717]).permutation(n)
-    test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
-    return Dataset(
-        name=name,
-        task=task,  # type: ignore[arg-type]
-        X_train=take_rows(X, train),
-        y_train=y[train],
-        X_test=take_rows(X, test),
-        y_test=y[test],
-    )
-
-
 def _one_hot(columns: Sequence[np.ndarray], bias: bool = True) -> sp.csr_matrix:
     """One-hot of integer-coded columns (distinct values over all rows), plus a bias column."""
     n = columns[0].shape[0]
@@ -146,7 +127,14 @@ def load_amazon(data_dir: Path, *, seed: int, test_fraction: float = 0.2) -> Dat
         if (i, j) not in AMAZON_EXCLUDED_PAIRS
     ]
     columns = [ids[:, i] for i in range(9)] + [ids[:, i] * scale + ids[:, j] for i, j in pairs]
-    return _split(_one_hot(columns), y, "amazon", "classification", seed, test_fraction)
+    return split(
+        _one_hot(columns),
+        y,
+        name="amazon",
+        task="classification",
+        seed=seed,
+        test_fraction=test_fraction,
+    )
 
 
 def load_covtype(data_dir: Path, *, seed: int, test_fraction: float = 0.2) -> Dataset:
@@ -164,7 +152,14 @@ def load_covtype(data_dir: Path, *, seed: int, test_fraction: float = 0.2) -> Da
     table = table[keep]
     y = (table[:, -1] == 2.0).astype(np.float64)
     X = np.hstack([table[:, :-1], np.ones((table.shape[0], 1))])
-    return _split(np.ascontiguousarray(X), y, "covtype", "classification", seed, test_fraction)
+    return split(
+        np.ascontiguousarray(X),
+        y,
+        name="covtype",
+        task="classification",
+        seed=seed,
+        test_fraction=test_fraction,
+    )
 
 
 def load_kc_house(data_dir: Path, *, seed: int, test_fraction: float = 0.2) -> Dataset:
@@ -183,4 +178,11 @@ def load_kc_house(data_dir: Path, *, seed: int, test_fraction: float = 0.2) -> D
     first = start - header.index("price")
     y = values[:, price_col] * 1e-6
     columns = [values[:, j] for j in range(first, values.shape[1])]
-    return _split(_one_hot(columns), y, "kc-house", "regression", seed, test_fraction)
+    return split(
+        _one_hot(columns),
+        y,
+        name="kc-house",
+        task="regression",
+        seed=seed,
+        test_fraction=test_fraction,
+    )
