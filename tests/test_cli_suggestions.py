@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from codedgd.client.cli import main
@@ -46,3 +49,28 @@ def test_a_coordinator_address_without_a_port_names_the_default_port(
     assert main(["status", "--coordinator", target]) == 2
     err = capsys.readouterr().err
     assert f"--coordinator {target!r} has no port" in err and f"{target}:50051" in err
+
+
+async def test_health_takes_the_token_and_tls_flags_of_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A healthcheck given the same settings as the other commands (a token file, from
+    CODEDGD_TOKEN_FILE in a container) probes the coordinator, whose health service is
+    open whatever token comes with it."""
+    from codedgd.client.cli.health import main as health_main
+    from codedgd.services.coordinator.server import CoordinatorServer
+    from codedgd.services.security import Security
+
+    token = tmp_path / "token"
+    token.write_text("operator-secret\n")
+    server = await CoordinatorServer.start(
+        "127.0.0.1:0", security=Security(worker_token="w-secret", operator_token="operator-secret")
+    )
+    try:
+        code = await asyncio.to_thread(
+            health_main, ["--coordinator", f"127.0.0.1:{server.port}", "--token-file", str(token)]
+        )
+    finally:
+        await server.stop(0)
+    assert code == 0
+    assert "healthy" in capsys.readouterr().out

@@ -85,7 +85,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     m.add_argument(
         "--metrics-basic-auth-file", metavar="FILE", help="user:password to send (basic auth)"
     )
-    g = p.add_argument_group("security (coordinator probe over TLS)")
+    g = p.add_argument_group("security (coordinator probe; the same flags as other commands)")
+    g.add_argument(
+        "--token",
+        help="a token to send (default $CODEDGD_TOKEN; the health service needs none, so "
+        "any role's token, or none, probes it)",
+    )
+    g.add_argument("--token-file", help="read that token from this file")
     g.add_argument("--tls-ca", help="verify the coordinator's TLS certificate with this CA")
     g.add_argument("--tls-cert", help="client certificate, when the coordinator requires mTLS")
     g.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
@@ -201,6 +207,8 @@ def _probe_coordinator(args: argparse.Namespace) -> int:
     from codedgd.services.security import Security
 
     security = Security.from_options(
+        token=args.token,
+        token_file=args.token_file,
         tls_ca=args.tls_ca,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
