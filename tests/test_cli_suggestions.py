@@ -74,3 +74,18 @@ async def test_health_takes_the_token_and_tls_flags_of_every_command(
         await server.stop(0)
     assert code == 0
     assert "healthy" in capsys.readouterr().out
+
+
+def test_model_options_come_from_the_command_line() -> None:
+    """--model-opt sets a model's options (a plugin's too) beside --l2."""
+    from codedgd.client.cli import build_parser
+    from codedgd.client.cli.options import job_from_args
+
+    args = build_parser().parse_args(
+        ["run", "--model", "least-squares", "--model-opt", "l2=0.5", "--model-opt", "x=y"]
+    )
+    config = job_from_args(args)
+    assert config.model.name == "least-squares"
+    assert dict(config.model.options) == {"l2": 0.5, "x": "y"}
+    args = build_parser().parse_args(["run", "--model-opt", "l2=0.5", "--l2", "0.25"])
+    assert dict(job_from_args(args).model.options) == {"l2": 0.25}  # the flag wins

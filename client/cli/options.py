@@ -195,6 +195,14 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         help="model: logistic (default), least-squares, or an installed plugin's (docs/data.md)",
     )
     g.add_argument(
+        "--model-opt",
+        action="append",
+        type=_kv,
+        default=[],
+        metavar="KEY=VALUE",
+        help="model option, repeatable (logistic, least-squares: l2; a plugin's: its own)",
+    )
+    g.add_argument(
         "--l2",
         type=float,
         help="L2 regularization λ (default 1e-4 with the default logistic model; 0 when "
@@ -251,7 +259,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig:
             changes[key] = value
     changes["policy"] = _merge(base.policy, args.policy, args.param)
     changes["data"] = _merge(base.data, args.data, args.data_opt)
-    model_opts = [("l2", args.l2)] if args.l2 is not None else []
+    model_opts = list(args.model_opt) + ([("l2", args.l2)] if args.l2 is not None else [])
     changes["model"] = _merge(base.model, args.model, model_opts)
     changes["stragglers"] = _merge(base.stragglers, args.stragglers, args.straggler_opt)
     optimizer = dict(base.optimizer)
