@@ -76,6 +76,8 @@ class RunSummary:
     speedup: float | None
     round_speedup: float
     error: str = ""
+    uploads: int = 0  # results received, over every round
+    computations: int = 0  # gradients asked for (what a lazy policy saves shows here)
 
 
 @dataclass(frozen=True)
@@ -382,6 +384,8 @@ def summarize_runs(
                 speedup=speedup,
                 round_speedup=base_mean / mean if mean > 0 else math.inf,
                 error=run.error,
+                uploads=sum(r.uploads for r in run.records),
+                computations=sum(r.computations for r in run.records),
             )
         )
     return Report(target, source, base.label, tuple(rows))
@@ -395,11 +399,14 @@ def _num(value: float | None, digits: int = 4) -> str:
 
 def markdown_table(report: Report) -> str:
     """The time-to-target table as GitHub markdown (numbers to 4 significant digits)."""
+    # Uploads against computations only when some run skipped uploads (a lazy policy).
+    lazy = any(r.uploads != r.computations for r in report.rows)
     head = (
         "| run | rounds | mean round (s) | p50 round (s) | p95 round (s) | final loss | "
         "final metric | time to target (s) | rounds to target | speedup | round speedup |"
+        + (" uploads / computations |" if lazy else "")
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * (12 if lazy else 11)]
     for r in report.rows:
         metric = f"{_num(r.final_metric)} {r.metric_name}".strip()
         mark = " (incomplete)" if r.error else ""
@@ -410,6 +417,7 @@ def markdown_table(report: Report) -> str:
             f"{r.rounds_to_target if r.rounds_to_target is not None else '–'} | "
             f"{_num(r.speedup, 3)}{'×' if r.speedup is not None else ''} | "
             f"{_num(r.round_speedup, 3)}× |"
+            + (f" {r.uploads} / {r.computations} |" if lazy else "")
         )
     lines.append("")
     lines.append(
