@@ -31,7 +31,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from codedgd.client.cli import catalog, health, jobs, logs, model, report, run, serve, simulate
+from codedgd.client.cli import (
+    catalog,
+    health,
+    jobs,
+    logs,
+    model,
+    report,
+    run,
+    serve,
+    simulate,
+    tune,
+)
 from codedgd.client.cli.exits import Terminated
 from codedgd.client.cli.options import EPILOG, apply_env_defaults, check_env
 from codedgd.services.errors import CodedGDError, ConfigError
@@ -98,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_parsers(sub)
     simulate.add_parser(sub)
     report.add_parser(sub)
+    tune.add_parser(sub)
     health.add_parser(sub)
     for command in sub.choices.values():  # -v after the command too: `codedgd run -v`
         command.add_argument(

@@ -73,3 +73,19 @@ class BlockGradient:
         z = np.asarray(self.X @ theta, dtype=np.float64).reshape(-1)  # fresh: overwritten
         self._link(z, self.y)
         return np.asarray(self._XT @ z, dtype=np.float64).reshape(-1)
+
+    def weighted_grad_sum(self, theta: np.ndarray, row_weights: np.ndarray) -> np.ndarray:
+        """Σ_i w_i ∇ℓ(x_i, y_i; θ): the weighted sum the vectorized simulator decodes to.
+
+        ``row_weights`` has one float per row (0 leaves the row out).
+        """
+        theta = np.asarray(theta, dtype=np.float64)
+        if theta.shape != (self._dim,) or row_weights.shape != self.y.shape:
+            raise DataError(
+                f"θ {theta.shape} and row weights {row_weights.shape} do not fit data of "
+                f"{self.y.shape[0]} rows and {self._dim} features"
+            )
+        z = np.asarray(self.X @ theta, dtype=np.float64).reshape(-1)
+        self._link(z, self.y)
+        z *= row_weights
+        return np.asarray(self._XT @ z, dtype=np.float64).reshape(-1)

@@ -141,6 +141,21 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class OrderDecode:
+    """A round's outcome told from the order of arrivals alone (:meth:`Policy.decode_order`).
+
+    The round decodes at the ``count``-th arrival, and its estimate is
+    Σ_p ``weights[p]``·g_p over the k partitions: the estimate :meth:`Policy.decode` returns
+    after those ``count`` arrivals, written as partition weights (aᵀB for a linear decode).
+    """
+
+    count: int
+    weights: np.ndarray  # float64, length k
+    exact: bool
+    workers_used: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class JobContext:
     """What the coordinator knows once the data is loaded, for :meth:`Policy.bind`.
 
@@ -217,6 +232,23 @@ class Policy(ABC):
         by chunk as the bytes arrive, with no assembled copy, and reports the arrival
         through :meth:`offer_summed` instead of :meth:`offer`. Default None: payloads
         are assembled and offered whole (the simulator always does that).
+        """
+        return None
+
+    def decides_by_order(self) -> bool:
+        """Whether :meth:`decode_order` answers for this policy as configured (default no)."""
+        return False
+
+    def decode_order(self, order: np.ndarray) -> OrderDecode | None:
+        """The round's outcome from the order of arrivals alone, for the vectorized simulator.
+
+        Called after :meth:`begin_round` instead of offering payloads. ``order``: the
+        contacted workers that answer this round, fastest first, every one uploading.
+        Returns what :meth:`offer` and :meth:`decode` would give (tests/policies/
+        test_decode_order.py offers linear payloads to check every policy that answers),
+        or None when the outcome depends on the payloads' values (the default: the
+        simulator then offers them one by one). Raises DecodeError when these arrivals
+        never make the round decodable.
         """
         return None
 

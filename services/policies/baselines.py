@@ -7,6 +7,7 @@ import numpy as np
 from codedgd.services.errors import DecodeError, PlanError
 from codedgd.services.policies.base import (
     Estimate,
+    OrderDecode,
     Param,
     Plan,
     Policy,
@@ -87,6 +88,14 @@ class Uncoded(_OnePartitionEach):
         missing = set(range(self._n)) - set(self._arrived)
         return missing <= outstanding
 
+    def decides_by_order(self) -> bool:
+        return True
+
+    def decode_order(self, order: np.ndarray) -> OrderDecode | None:
+        if len(order) < self._n:
+            raise DecodeError(f"uncoded: {len(order)} of {self._n} workers arrive")
+        return OrderDecode(self._n, np.ones(self._n), True, tuple(int(w) for w in order))
+
 
 @register
 class IgnoreStragglers(_OnePartitionEach):
@@ -126,3 +135,15 @@ class IgnoreStragglers(_OnePartitionEach):
     def feasible(self, outstanding: frozenset[int]) -> bool:
         pending = outstanding - set(self._arrived)
         return len(self._arrived) + len(pending) >= self._wanted()
+
+    def decides_by_order(self) -> bool:
+        return True
+
+    def decode_order(self, order: np.ndarray) -> OrderDecode | None:
+        need = self._wanted()
+        if len(order) < need:
+            raise DecodeError(f"ignore-stragglers: {len(order)} of {need} arrivals")
+        used = order[:need]
+        weights = np.zeros(self._n)
+        weights[used] = self._n / need
+        return OrderDecode(need, weights, need == self._n, tuple(int(w) for w in used))

@@ -14,7 +14,14 @@ import numpy as np
 from codedgd.services.codes.erasurehead import early_stop_count, erasure_probability
 from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, DecodeError, PlanError
-from codedgd.services.policies.base import Estimate, Param, Plan, RoundSpec, check_n
+from codedgd.services.policies.base import (
+    Estimate,
+    OrderDecode,
+    Param,
+    Plan,
+    RoundSpec,
+    check_n,
+)
 from codedgd.services.policies.frc import GroupSum, check_one_partition_per_worker, nearest
 from codedgd.services.policies.registry import register
 
@@ -103,6 +110,12 @@ class ErasureHead(GroupSum):
         # Exact only when nothing is erased and no rescaling distorts the sum.
         exact = self._all_covered() and self.scale == 1.0
         return Estimate(g, tuple(self._used), exact=exact)
+
+    def decides_by_order(self) -> bool:
+        return True
+
+    def decode_order(self, order: np.ndarray) -> OrderDecode | None:
+        return self._order_outcome(order, self.k, self.scale)
 
     def feasible(self, outstanding: frozenset[int]) -> bool:
         pending = len(outstanding - self._arrived)

@@ -15,6 +15,7 @@ from codedgd.services.codes.frc import divisors, frc_groups
 from codedgd.services.errors import DecodeError, PlanError
 from codedgd.services.policies.base import (
     Estimate,
+    OrderDecode,
     Param,
     Plan,
     Policy,
@@ -104,6 +105,25 @@ class GroupSum(Policy):
         for v in vectors[1:]:
             out += v
         return out
+
+    def _order_outcome(self, order: np.ndarray, stop: int, scale: float) -> OrderDecode:
+        """:class:`OrderDecode` of the first min(``stop``, all groups covered) arrivals."""
+        groups = np.asarray(order, dtype=np.int64) // self._r
+        seen, first = np.unique(groups, return_index=True)
+        covered_at = int(first.max()) + 1 if len(seen) == self.n_groups else len(order) + 1
+        count = min(stop, covered_at)
+        if count > len(order):
+            raise DecodeError(
+                f"{self.name}: {len(order)} arrivals cover {len(seen)} of {self.n_groups} groups"
+            )
+        kept = first < count
+        firsts = np.sort(first[kept])
+        weights = np.zeros(self._n)
+        for g in seen[kept]:
+            weights[g * self._r : (g + 1) * self._r] = scale
+        all_covered = len(firsts) == self.n_groups
+        used = tuple(int(order[i]) for i in firsts)
+        return OrderDecode(count, weights, all_covered and scale == 1.0, used)
 
     def _coverable(self, outstanding: frozenset[int]) -> bool:
         pending = {w // self._r for w in outstanding if w not in self._arrived}
@@ -237,6 +257,14 @@ class FractionalRepetition(GroupSum):
             missing = [g for g, f in enumerate(self._first) if f is None]
             raise DecodeError(f"frc: groups {missing} have no arrival yet")
         return Estimate(self._group_sum(), tuple(self._used), exact=True)
+
+    def decides_by_order(self) -> bool:
+        return self.byzantine == 0
+
+    def decode_order(self, order: np.ndarray) -> OrderDecode | None:
+        if self.byzantine:
+            return None  # the vote reads the results' values
+        return self._order_outcome(order, len(order) + 1, 1.0)
 
     def feasible(self, outstanding: frozenset[int]) -> bool:
         if self.byzantine == 0:

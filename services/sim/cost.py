@@ -133,7 +133,9 @@ def downlink_times(cost: CostModel, nbytes: int, n_contacted: int) -> np.ndarray
     return out
 
 
-def uplink_arrivals(cost: CostModel, ready: np.ndarray, nbytes: Sequence[int]) -> np.ndarray:
+def uplink_arrivals(
+    cost: CostModel, ready: np.ndarray, nbytes: Sequence[int] | np.ndarray
+) -> np.ndarray:
     """Arrival times at the coordinator of messages ready (sent) at ``ready``.
 
     Each message crosses its own link; with a shared ingress the coordinator receives
@@ -149,12 +151,16 @@ def uplink_arrivals(cost: CostModel, ready: np.ndarray, nbytes: Sequence[int]) -
         shared = fair_finish(starts, sizes, ingress, cost.bandwidth_bytes_per_second)
         arrivals: np.ndarray = np.maximum(shared, own)
         return arrivals
+    # First come first served: in order of readiness, message i leaves the queue at
+    # free_i = max(start_i, free_{i-1}) + d_i, which unrolls to
+    # free_i = D_i + max_{j<=i}(start_j - D_{j-1}) with D the running sum of the d's.
+    order = np.argsort(ready, kind="stable")
+    starts = np.asarray(ready, dtype=np.float64)[order] + cost.latency_seconds
+    service = sizes[order] / ingress
+    done = np.cumsum(service)
+    free = done + np.maximum.accumulate(starts - (done - service))
     out = np.empty_like(own)
-    free = -math.inf
-    for i in np.argsort(ready, kind="stable"):
-        start = max(float(ready[i]) + cost.latency_seconds, free)
-        free = start + float(sizes[i]) / ingress
-        out[i] = max(free, float(own[i]))
+    out[order] = np.maximum(free, own[order])
     return out
 
 

@@ -130,22 +130,6 @@ class Simulator:
             seed=config.seed,
             n_workers=config.workers,
         )
-        # One copy of each partition, shared by every worker holding it.
-        rows: dict[int, PartitionRows] = {}
-        for wp in plan.workers:
-            for p in wp.partitions:
-                if p not in rows:
-                    block = self.prepared.blocks[p]
-                    rows[p] = PartitionRows(p, take_rows(ds.X_train, block), ds.y_train[block])
-        self.computers = [
-            Computer(
-                self.prepared.model,
-                [rows[p] for p in wp.partitions],
-                wp.coefficients.astype(np.float64),
-                dict(wp.options),
-            )
-            for wp in plan.workers
-        ]
         self.rows_held = np.array(
             [
                 sum(int(self.prepared.blocks[p].shape[0]) for p in wp.partitions)
@@ -181,11 +165,34 @@ class Simulator:
         self.cost = cost
         self.computed = 0
         self.skipped = 0
+        self._bind_workers()
+
+    def _bind_workers(self) -> None:
+        """Each worker's Computer over its partitions, its lag-wk memory, and the crash
+        and restart bookkeeping (what the event-by-event round needs)."""
+        ds, plan, config = self.prepared.dataset, self.prepared.plan, self.config
+        # One copy of each partition, shared by every worker holding it.
+        rows: dict[int, PartitionRows] = {}
+        for wp in plan.workers:
+            for p in wp.partitions:
+                if p not in rows:
+                    block = self.prepared.blocks[p]
+                    rows[p] = PartitionRows(p, take_rows(ds.X_train, block), ds.y_train[block])
+        self.computers = [
+            Computer(
+                self.prepared.model,
+                [rows[p] for p in wp.partitions],
+                wp.coefficients.astype(np.float64),
+                dict(wp.options),
+            )
+            for wp in plan.workers
+        ]
         # The workers' lag-wk memory, exactly as in the worker agent.
         self.lazy = [LazyUploader() for _ in range(config.workers)]
         # Places lost to a crash, and the crashed workers coming back to take them.
         self.join = [
-            join_seconds(cost, sum(_nbytes(rows[p]) for p in wp.partitions)) for wp in plan.workers
+            join_seconds(self.cost, sum(_nbytes(rows[p]) for p in wp.partitions))
+            for wp in plan.workers
         ]
         self.newcomers = Newcomers(self.join, spares=config.spares)
 
@@ -543,15 +550,3 @@ def _nbytes(part: PartitionRows) -> int:
     X = part.X
     arrays = [X] if isinstance(X, np.ndarray) else [X.data, X.indices, X.indptr]
     return int(sum(np.asarray(a).nbytes for a in arrays) + part.y.nbytes)
-
-
-def simulate(
-    config: JobConfig,
-    cost: CostModel | None = None,
-    *,
-    data_dir: str | None = None,
-    on_record: Callable[[RoundRecord], None] | None = None,
-    on_round: RoundCallback | None = None,
-) -> SimulationResult:
-    """Simulate one job on a virtual clock (see the module docstring)."""
-    return Simulator(config, cost, data_dir=data_dir).run(on_record=on_record, on_round=on_round)

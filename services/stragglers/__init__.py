@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from codedgd.services.errors import ConfigError
 from codedgd.services.stragglers.base import StragglerModel
 from codedgd.services.stragglers.models import (
@@ -46,6 +48,7 @@ __all__ = [
     "TraceDelay",
     "crash_restart",
     "create_straggler_model",
+    "delays_of",
 ]
 
 _REQUIRED = object()
@@ -255,6 +258,30 @@ def crash_restart(
     if isinstance(model, Crash):
         return model.crash(worker, round, replacement)
     return None
+
+
+def delays_of(
+    model: StragglerModel,
+    workers: np.ndarray,
+    round: int,
+    compute_seconds: np.ndarray,
+    loads: np.ndarray,
+) -> np.ndarray:
+    """Every listed worker's delay in ``round`` at once: ``model.delay`` of each.
+
+    The built-in models draw one vector per round and answer from it in one call; a model
+    without a ``delays`` method is asked worker by worker.
+    """
+    many = getattr(model, "delays", None)
+    if many is not None:
+        return np.asarray(many(workers, round, compute_seconds, loads), dtype=np.float64)
+    return np.array(
+        [
+            model.delay(int(w), round, float(c), float(ld))
+            for w, c, ld in zip(workers, compute_seconds, loads, strict=True)
+        ],
+        dtype=np.float64,
+    )
 
 
 def _coerce(model: str, p: Param, value: Any) -> Any:

@@ -86,6 +86,13 @@ class SeededDelay(ABC):
             raise ValueError(f"worker {worker} out of range 0..{self.n_workers - 1}")
         return float(self._round_values(round)[worker])
 
+    def _values(self, workers: np.ndarray, round: int) -> np.ndarray:
+        """:meth:`_value` of many workers at once (the vectorized simulator's call)."""
+        if workers.size and not (int(workers.min()) >= 0 and int(workers.max()) < self.n_workers):
+            raise ValueError(f"workers out of range 0..{self.n_workers - 1}")
+        values: np.ndarray = self._round_values(round)[workers]
+        return values
+
     @abstractmethod
     def _draw(self, rng: np.random.Generator) -> np.ndarray:
         """This round's values for all n_workers workers (float64)."""
@@ -102,6 +109,11 @@ class NoDelay:
     def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
         return 0.0
 
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        return np.zeros(len(workers))
+
 
 class ExponentialDelay(SeededDelay):
     """i.i.d. Exp(mean μ) seconds after compute, the model of ErasureHead's experiments."""
@@ -117,6 +129,11 @@ class ExponentialDelay(SeededDelay):
 
     def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
         return self._value(worker, round)
+
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        return self._values(workers, round).copy()
 
 
 class ShiftedExponentialDelay(SeededDelay):
@@ -144,6 +161,14 @@ class ShiftedExponentialDelay(SeededDelay):
         e = self._value(worker, round)
         return load * (self.shift + e / self.rate)
 
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        if loads.size and float(loads.min()) < 0:
+            raise ValueError("loads must be >= 0")
+        out: np.ndarray = loads * (self.shift + self._values(workers, round) / self.rate)
+        return out
+
 
 class ParetoDelay(SeededDelay):
     """Pareto(scale t_m, shape α) seconds: heavy-tailed, P(T > t) = (t_m/t)^α for t ≥ t_m.
@@ -170,6 +195,13 @@ class ParetoDelay(SeededDelay):
     def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
         value = self._value(worker, round)
         return load * value if self.by_load else value
+
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        values = self._values(workers, round)
+        out: np.ndarray = loads * values if self.by_load else values.copy()
+        return out
 
 
 class _ChosenWorkers(SeededDelay):
@@ -201,6 +233,12 @@ class FixedDelay(_ChosenWorkers):
     def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
         return self.seconds * self._value(worker, round)
 
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        out: np.ndarray = self.seconds * self._values(workers, round)
+        return out
+
 
 class SlowdownDelay(_ChosenWorkers):
     """``count`` random workers per round take κ× their compute time.
@@ -219,6 +257,14 @@ class SlowdownDelay(_ChosenWorkers):
         if compute_seconds < 0:
             raise ValueError(f"compute_seconds must be >= 0, got {compute_seconds}")
         return (self.factor - 1.0) * compute_seconds * self._value(worker, round)
+
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        if compute_seconds.size and float(compute_seconds.min()) < 0:
+            raise ValueError("compute_seconds must be >= 0")
+        out: np.ndarray = (self.factor - 1.0) * compute_seconds * self._values(workers, round)
+        return out
 
 
 class _ChosenOnce:
@@ -269,6 +315,14 @@ class FailStop(_ChosenOnce):
     def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
         self._check_worker(worker)
         return math.inf if round >= self.start and worker in self._failed else 0.0
+
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        out = np.zeros(len(workers))
+        if round >= self.start and self.failed:
+            out[np.isin(workers, self.failed)] = math.inf
+        return out
 
 
 class Crash(_ChosenOnce):
@@ -359,6 +413,18 @@ class TraceDelay:
                 + ")"
             )
         return value
+
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        n_rounds = self.table.shape[0]
+        row = round % n_rounds if self.cycle else round
+        if not 0 <= row < n_rounds or (workers.size and int(workers.max()) >= self.table.shape[1]):
+            return np.array([self.delay(int(w), round, 0.0, 0.0) for w in workers])  # the error
+        out = self.table[row, workers]
+        if np.isnan(out).any():
+            self.delay(int(workers[np.flatnonzero(np.isnan(out))[0]]), round, 0.0, 0.0)
+        return np.array(out, dtype=np.float64)
 
 
 def load_trace(path: Path) -> np.ndarray:

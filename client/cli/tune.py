@@ -1,0 +1,277 @@
+"""`codedgd tune`: the best policy for this cluster, from a finished run's own delays."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from codedgd.client.cli.options import EPILOG
+from codedgd.services.errors import ConfigError
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``tune`` to a subparsers object."""
+    from codedgd.services.tuning.search import SEARCHED
+
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "tune",
+        help="pick the policy for your cluster from a finished run's delays",
+        description=(
+            "Read a result file of `codedgd run` (or `simulate`, or `submit -o`): each "
+            "worker's compute seconds and its delay beyond compute in every round "
+            "(cancelled workers count as slower than the round's decode). Fit the delays "
+            "(shifted exponential and Pareto, by maximum likelihood with the censored "
+            "values; Kolmogorov-Smirnov distance to the data) and each worker's speed, then "
+            "simulate every candidate policy and parameter valid for the job's n on the same "
+            "data, model and seed, replaying resampled rounds of the recorded delays, and "
+            "print the candidates ranked by predicted time to the target loss (median and "
+            "range over --repeats replays), with their compute, upload and data "
+            "replication. --write saves the winner as a job file for `codedgd run --config`. "
+            "See docs/tuning.md."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("results", metavar="RESULTS.json", help="the finished run's result file")
+    p.add_argument(
+        "--trace",
+        metavar="TRACE.json",
+        help="take the delays from this recorded trace (.json/.csv, rows = rounds, columns "
+        "= workers, seconds beyond compute) instead of the result file's rounds",
+    )
+    p.add_argument(
+        "--target-loss",
+        type=float,
+        help="training loss to reach (default: the run's target_loss, else the loss the "
+        "run ended at)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="most rounds a candidate may take (default: twice the run's rounds)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="seeded replays per candidate, for the interval (default 3)",
+    )
+    p.add_argument(
+        "--policy",
+        action="append",
+        choices=SEARCHED,
+        help="search only these policies (repeatable; default all of them)",
+    )
+    p.add_argument("--top", type=int, default=8, help="candidates to print (default 8)")
+    p.add_argument("--write", metavar="JOB.toml", help="write the winner as a job file")
+    p.add_argument(
+        "--fit-figure",
+        metavar="FIT.png",
+        help="plot the delays' distribution and the fitted families (needs codedgd[report])",
+    )
+    p.add_argument("--json", action="store_true", help="print the whole outcome as JSON")
+    p.add_argument("--data-dir", help="directory of the real datasets (default $CODEDGD_DATA_DIR)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_tune)
+    return p
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from codedgd.services.job import JobConfig
+    from codedgd.services.records import read_result_file
+    from codedgd.services.stragglers.models import load_trace
+    from codedgd.services.tuning import (
+        SEARCHED,
+        fit_delays,
+        label,
+        observe,
+        observe_trace,
+        search,
+    )
+
+    if args.repeats < 1 or (args.rounds is not None and args.rounds < 1) or args.top < 1:
+        raise ConfigError("--repeats, --rounds and --top must be >= 1")
+    job_doc, _, records = read_result_file(args.results)
+    try:
+        source = JobConfig.from_dict({k: v for k, v in job_doc.items() if k in _SECTIONS})
+    except ConfigError as exc:
+        raise ConfigError(f"{args.results} holds no job this version can read: {exc}") from None
+    n = source.workers
+    obs = observe(records, n)
+    if args.trace:
+        obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
+    fit = fit_delays(obs)
+    target = args.target_loss
+    if target is None:
+        target = source.target_loss
+    if target is None:
+        losses = [r.loss for r in records if math.isfinite(r.loss)]
+        if not losses:
+            raise ConfigError(f"{args.results} records no loss: give --target-loss")
+        target = losses[-1]
+    if not math.isfinite(target):
+        raise ConfigError(f"--target-loss must be a finite number, got {target!r}")
+    rounds = args.rounds or 2 * max(len(records), 1)
+    speed = obs.speed()
+    slow = [(w, float(speed[w])) for w in np.argsort(-speed) if speed[w] >= 1.5]
+    if not args.json:
+        n_values, n_cens = fit.values.size, int(fit.censored.sum())
+        print(
+            f"delays beyond compute: {n_values} values of {obs.rounds} rounds "
+            f"({n_cens} censored: cancelled workers)"
+        )
+        for i, f in enumerate(fit.fits):
+            print(f"  {'best fit ' if i == 0 and not f.why_not else 'also     '}{f.describe()}")
+        shown = ", ".join(f"worker {w} {s:.1f}x" for w, s in slow[:8]) or "none"
+        print(
+            f"compute: median {obs.median_compute():.4g} s a round; slower than 1.5x "
+            f"the median: {shown}"
+        )
+        print(f"target loss {target:.6g}; up to {rounds} rounds, {args.repeats} replays each")
+    if args.fit_figure:
+        _figure(fit, Path(args.fit_figure))
+    bar = _bar(args)
+    try:
+        outcomes = search(
+            source,
+            obs,
+            fit.best,
+            target_loss=target,
+            rounds=rounds,
+            repeats=args.repeats,
+            policies=args.policy or SEARCHED,
+            data_dir=args.data_dir,
+            on_step=bar,
+        )
+    finally:
+        bar.close()
+    if args.json:
+        doc = {
+            "source": str(args.results),
+            "target_loss": target,
+            "rounds": rounds,
+            "fits": [f.to_dict() for f in fit.fits],
+            "speed": [float(s) for s in speed],
+            "candidates": [o.to_dict() for o in outcomes],
+        }
+        print(json.dumps(doc, indent=1, allow_nan=False))
+    else:
+        _table(outcomes[: args.top], len(outcomes))
+    winner = outcomes[0] if outcomes and outcomes[0].reached else None
+    if winner is None:
+        print(
+            f"codedgd tune: no candidate reached loss {target:.6g} within {rounds} rounds: "
+            "raise --rounds or the --target-loss",
+            file=sys.stderr,
+        )
+        return 1
+    if args.write:
+        import tomli_w
+
+        chosen = source.replace(policy=winner.policy, partitions=0)
+        Path(args.write).write_text(
+            f"# written by codedgd tune from {args.results}: {label(winner.policy)}\n"
+            + tomli_w.dumps(_toml_ready(chosen.to_dict())),
+            encoding="utf-8",
+        )
+        if not args.json:
+            print(f"wrote {args.write} ({winner.label}); run it: codedgd run --config {args.write}")
+    return 0
+
+
+_SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
+
+
+def _toml_ready(doc: dict[str, Any]) -> dict[str, Any]:
+    """The job document without None values (TOML has no null)."""
+    return {
+        k: _toml_ready(v) if isinstance(v, dict) else v for k, v in doc.items() if v is not None
+    }
+
+
+def _table(outcomes: list[Any], total: int) -> None:
+    import numpy as np
+
+    print(f"\ntop {len(outcomes)} of {total} candidates (simulated, this cluster's delays):")
+    print(
+        "| rank | policy | time to target (s) | range (s) | reached | rounds | round (s) "
+        "| computations/round | MB up/round | replication | exact |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for i, o in enumerate(outcomes, start=1):
+        if o.error:
+            print(f"| {i} | {o.label} | failed: {o.error[:80]} | | | | | | | | |")
+            continue
+        lo, hi = o.interval
+        finite_rounds = [r for r in o.rounds if math.isfinite(r)]
+        rounds = f"{np.median(finite_rounds):.0f}" if finite_rounds else "-"
+        d = o.to_dict()
+        print(
+            f"| {i} | {o.label} | {_s(o.predicted)} | {_s(lo)}-{_s(hi)} | "
+            f"{o.reached}/{len(o.times)} | {rounds} | {d['mean_round_seconds']:.4g} | "
+            f"{d['computations_per_round']:.1f} | {d['bytes_up_per_round'] / 1e6:.3g} | "
+            f"{o.replication:.2g}x | {'yes' if o.exact else 'no'} |"
+        )
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.3g}" if math.isfinite(seconds) else "not reached"
+
+
+class _Progress:
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def __call__(self, what: str) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(what, refresh=False)
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _bar(args: argparse.Namespace) -> _Progress:
+    if args.no_progress or args.json or not sys.stderr.isatty():
+        return _Progress(None)
+    from tqdm import tqdm
+
+    return _Progress(tqdm(desc="tune", unit="sim", file=sys.stderr, leave=False))
+
+
+def _figure(fit: Any, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--fit-figure needs matplotlib: pip install 'codedgd[report]'") from None
+    import numpy as np
+    from scipy import stats
+
+    exact = fit.values[~fit.censored]
+    km = stats.ecdf(stats.CensoredData(uncensored=exact, right=fit.values[fit.censored]))
+    grid = np.unique(exact)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.step(grid, km.cdf.evaluate(grid), where="post", color="black", label="data (Kaplan-Meier)")
+    xs = np.linspace(0.0, float(grid.max()) * 1.05, 400)
+    for f, style in zip(fit.fits, ("-", "--"), strict=False):
+        if not f.why_not:
+            ax.plot(xs, f.cdf(xs), style, label=f.describe())
+    ax.set_xlabel("delay beyond compute (s)")
+    ax.set_ylabel("P(delay <= x)")
+    ax.set_title("Delays of the recorded run and the fitted families", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"fit figure: {path}")

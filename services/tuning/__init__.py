@@ -1,0 +1,35 @@
+"""``codedgd tune``: pick the policy for a cluster from its own recorded delays.
+
+:func:`observe` reads a finished run's per-worker timings, :func:`fit_delays` fits
+their distribution (shifted exponential, Pareto; the empirical one is replayed as it is),
+and :func:`search` runs every candidate policy on the simulator with those delays
+(docs/tuning.md). Pure numpy and the simulator: no gRPC, no client.
+"""
+
+from codedgd.services.tuning.fit import (
+    FAMILIES,
+    DelayFit,
+    Fit,
+    Observations,
+    ResampledDelay,
+    fit_delays,
+    observe,
+    observe_trace,
+)
+from codedgd.services.tuning.search import SEARCHED, Outcome, candidates, label, search
+
+__all__ = [
+    "FAMILIES",
+    "SEARCHED",
+    "DelayFit",
+    "Fit",
+    "Observations",
+    "Outcome",
+    "ResampledDelay",
+    "candidates",
+    "fit_delays",
+    "label",
+    "observe",
+    "observe_trace",
+    "search",
+]

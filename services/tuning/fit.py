@@ -1,0 +1,295 @@
+"""What a finished run says about its cluster: per-worker speed and the delay distribution.
+
+A result file holds, per round, each answering worker's response seconds (θ_t sent →
+result in) and its own compute seconds. From them:
+
+- **excess** = response − compute: the seconds a worker spent on anything but its
+  gradient (network, queueing, straggling; an injected straggler model's delay too).
+  Workers cancelled in a round never answered: their excess is *right-censored* at the
+  round's decode time minus the round's mean compute (they were slower than that).
+- **speed**: each worker's median compute seconds relative to the pool's median
+  (1 = typical, 2 = twice as slow). All of codedgd's codes give every worker the same
+  load, so compute seconds compare directly; a run of a speed-aware plan would not.
+
+The pooled excess is fitted by two families, each by maximum likelihood with the censored
+values counted as such: a **shifted exponential** (shift = the smallest observation, rate
+= uncensored count / Σ(x − shift)) and a **Pareto** (scale t_m = the smallest observation,
+shape α = uncensored count / Σ ln(x / t_m)). Goodness of fit is the Kolmogorov–Smirnov
+distance between the fitted CDF and the Kaplan–Meier estimate of the data (scipy's
+``ecdf`` on ``CensoredData``), over the observed range: the smaller, the better. The
+**empirical** distribution is the data itself: the tuner replays resampled rounds of it
+(:class:`ResampledDelay`) and draws each censored value from the better family's tail
+beyond its bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from codedgd.services.errors import ConfigError
+from codedgd.services.records import RoundRecord
+
+MIN_ROUNDS = 5
+FAMILIES = ("shifted-exponential", "pareto")
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Per-round, per-worker timings of one run (rows: rounds, columns: workers)."""
+
+    excess: np.ndarray  # float64 seconds; NaN where the worker was not contacted
+    censored: np.ndarray  # bool: a lower bound (the worker was cancelled)
+    compute: np.ndarray  # float64 compute seconds of answering workers; NaN otherwise
+
+    @property
+    def n_workers(self) -> int:
+        return int(self.excess.shape[1])
+
+    @property
+    def rounds(self) -> int:
+        return int(self.excess.shape[0])
+
+    def speed(self) -> np.ndarray:
+        """Each worker's median compute seconds over the pool's median (1 = typical)."""
+        answered = ~np.isnan(self.compute).all(axis=0)
+        if not answered.any():
+            return np.ones(self.n_workers)
+        medians = np.ones(self.n_workers)
+        medians[answered] = np.nanmedian(self.compute[:, answered], axis=0)
+        pool = float(np.median(medians[answered]))
+        if not pool > 0:
+            return np.ones(self.n_workers)
+        out: np.ndarray = np.where(answered, medians / pool, 1.0)  # never answered: unknown
+        return out
+
+    def median_compute(self) -> float:
+        """The pool's median compute seconds of one worker's round."""
+        return float(np.nanmedian(self.compute))
+
+
+def observe(records: Sequence[RoundRecord], n_workers: int) -> Observations:
+    """The timings of ``records`` (a run of ``n_workers``), checked to be enough to fit."""
+    timed = [r for r in records if r.response_seconds]
+    if len(timed) < MIN_ROUNDS:
+        raise ConfigError(
+            f"the run has {len(timed)} round(s) with per-worker response times; fitting "
+            f"needs at least {MIN_ROUNDS}: use a longer run (or a probe job of more rounds)"
+        )
+    excess = np.full((len(timed), n_workers), np.nan)
+    censored = np.zeros((len(timed), n_workers), dtype=bool)
+    compute = np.full((len(timed), n_workers), np.nan)
+    for i, r in enumerate(timed):
+        stray = [w for w in r.response_seconds if not 0 <= w < n_workers]
+        if stray:
+            raise ConfigError(
+                f"round {r.round} has responses from workers {sorted(stray)}, but the job "
+                f"has {n_workers}: the records are of another job"
+            )
+        computes = list(r.worker_compute_seconds.values())
+        mean_compute = sum(computes) / len(computes) if computes else 0.0
+        for w, response in r.response_seconds.items():
+            c = float(r.worker_compute_seconds.get(w, 0.0))
+            excess[i, w] = max(float(response) - c, 0.0)
+            compute[i, w] = c
+        # Contacted but cancelled: slower than the round's decode (a lower bound).
+        silent = [w for w in range(n_workers) if w not in r.response_seconds]
+        if r.cancelled > 0 and silent:
+            bound = max(float(r.wait_seconds) - mean_compute, 0.0)
+            for w in silent:
+                excess[i, w] = bound
+                censored[i, w] = True
+    missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
+    if missing:
+        raise ConfigError(
+            f"workers {missing} of the job's {n_workers} appear in none of the "
+            f"{len(timed)} timed rounds (neither answered nor cancelled): the records are "
+            "of a run that did not use them; record one where every worker is contacted"
+        )
+    return Observations(excess, censored, compute)
+
+
+def observe_trace(table: np.ndarray, n_workers: int, compute_seconds: float) -> Observations:
+    """Observations from a recorded delay trace (rounds × workers, NaN = not recorded)."""
+    if table.ndim != 2 or table.shape[1] < n_workers:
+        width = table.shape[1] if table.ndim == 2 else 0
+        raise ConfigError(
+            f"the trace records {width} workers but the job has {n_workers}: record a "
+            "trace of this job's workers"
+        )
+    table = np.asarray(table[:, :n_workers], dtype=np.float64)
+    if int(np.sum(~np.isnan(table).all(axis=1))) < MIN_ROUNDS:
+        raise ConfigError(f"the trace holds fewer than {MIN_ROUNDS} rounds; fitting needs more")
+    missing = [w for w in range(n_workers) if np.isnan(table[:, w]).all()]
+    if missing:
+        raise ConfigError(f"the trace has no delay for workers {missing}")
+    compute = np.where(np.isnan(table), np.nan, compute_seconds)
+    return Observations(table, np.zeros(table.shape, dtype=bool), compute)
+
+
+@dataclass(frozen=True)
+class DelayFit:
+    """One family fitted to the pooled excess delays."""
+
+    family: str
+    params: Mapping[str, float]
+    ks: float  # Kolmogorov–Smirnov distance to the Kaplan–Meier estimate (nan: not fitted)
+    why_not: str = ""  # why the family could not be fitted
+
+    def cdf(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if self.family == "shifted-exponential":
+            shift, rate = self.params["shift"], self.params["rate"]
+            out: np.ndarray = np.where(x < shift, 0.0, 1.0 - np.exp(-rate * (x - shift)))
+            return out
+        scale, shape = self.params["scale"], self.params["shape"]
+        safe = np.maximum(x, scale)
+        out = np.where(x < scale, 0.0, 1.0 - (scale / safe) ** shape)
+        return out
+
+    def tail_beyond(self, bound: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Draws of X given X > bound (the censored values' completion)."""
+        u = rng.random(bound.shape)
+        if self.family == "shifted-exponential":
+            rate = self.params["rate"]
+            lo = np.maximum(bound, self.params["shift"])
+            out: np.ndarray = lo - np.log1p(-u) / rate
+            return out
+        scale, shape = self.params["scale"], self.params["shape"]
+        lo = np.maximum(bound, scale)
+        out = lo * (1.0 - u) ** (-1.0 / shape)
+        return out
+
+    def describe(self) -> str:
+        if self.why_not:
+            return f"{self.family}: not fitted ({self.why_not})"
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items())
+        return f"{self.family}({shown}), KS distance {self.ks:.3f}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "params": dict(self.params),
+            "ks": self.ks,
+            "why_not": self.why_not,
+        }
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted families, best first, and the data they were fitted to."""
+
+    fits: tuple[DelayFit, ...]
+    values: np.ndarray  # pooled excess, censored ones at their bound
+    censored: np.ndarray
+
+    @property
+    def best(self) -> DelayFit:
+        return self.fits[0]
+
+
+def fit_delays(obs: Observations) -> Fit:
+    """Fit every family of :data:`FAMILIES` to the pooled excess (see the module docstring)."""
+    seen = ~np.isnan(obs.excess)
+    values = obs.excess[seen]
+    censored = obs.censored[seen]
+    exact = values[~censored]
+    if exact.size < 2 or float(np.ptp(exact)) <= 0.0:
+        raise ConfigError(
+            "the run's delays beyond compute are all equal (or fewer than two were seen): "
+            "nothing to fit; a cluster without stragglers needs no coding (uncoded)"
+        )
+    from scipy import stats
+
+    km = stats.ecdf(stats.CensoredData(uncensored=exact, right=values[censored]))
+    grid = np.unique(exact)
+    empirical = km.cdf.evaluate(grid)
+    fits = [_shifted_exponential(values, censored), _pareto(values, censored)]
+    scored = []
+    for f in fits:
+        if not f.why_not:
+            fitted = f.cdf(grid)
+            # The ECDF jumps at each grid point: compare against both sides of each step.
+            before = np.concatenate([[0.0], empirical[:-1]])
+            ks = float(max(np.max(np.abs(fitted - empirical)), np.max(np.abs(fitted - before))))
+            f = DelayFit(f.family, f.params, ks)
+        scored.append(f)
+    scored.sort(key=lambda f: (math.isnan(f.ks), f.ks))
+    return Fit(tuple(scored), values, censored)
+
+
+def _shifted_exponential(values: np.ndarray, censored: np.ndarray) -> DelayFit:
+    shift = float(values.min())
+    total = float(np.sum(values - shift))
+    d = int(np.sum(~censored))
+    if total <= 0 or d == 0:
+        return DelayFit("shifted-exponential", {}, math.nan, "no spread above the minimum")
+    return DelayFit("shifted-exponential", {"shift": shift, "rate": d / total}, math.nan)
+
+
+def _pareto(values: np.ndarray, censored: np.ndarray) -> DelayFit:
+    scale = float(values.min())
+    if scale <= 0:
+        return DelayFit("pareto", {}, math.nan, "a delay of 0 s: a Pareto law starts above 0")
+    logs = float(np.sum(np.log(values / scale)))
+    d = int(np.sum(~censored))
+    if logs <= 0 or d == 0:
+        return DelayFit("pareto", {}, math.nan, "no spread above the minimum")
+    return DelayFit("pareto", {"scale": scale, "shape": d / logs}, math.nan)
+
+
+class ResampledDelay:
+    """A straggler model replaying a run's rounds in a seeded random order.
+
+    Round t of the replay is a recorded round drawn with replacement (so the slow workers
+    of the record stay slow, and the delays within a round keep their correlation), each
+    censored value drawn from ``tail``'s law beyond its bound. A worker whose compute was
+    ``speed[w]`` times the pool's median waits ``(speed[w] − 1)·compute_seconds`` more, so
+    its slowness scales with the load a candidate gives it.
+    """
+
+    name: ClassVar[str] = "resampled"
+
+    def __init__(self, obs: Observations, tail: DelayFit, *, seed: int) -> None:
+        self.obs = obs
+        self.tail = tail
+        self.speed = np.maximum(obs.speed(), 1.0)
+        self.seed = int(seed)
+        self._rows: dict[int, np.ndarray] = {}
+
+    def _row(self, round: int) -> np.ndarray:
+        row = self._rows.get(round)
+        if row is None:
+            rng = np.random.default_rng([self.seed, round, 0x7475])  # "tu"
+            pick = int(rng.integers(self.obs.rounds))
+            row = self.obs.excess[pick].copy()
+            cens = self.obs.censored[pick]
+            if cens.any():
+                row[cens] = self.tail.tail_beyond(row[cens], rng)
+            hole = np.isnan(row)  # not contacted in that round: a value of its own column
+            for w in np.flatnonzero(hole):
+                column = self.obs.excess[:, w]
+                known = ~np.isnan(column)
+                drawn = int(rng.choice(np.flatnonzero(known)))
+                value = column[drawn]
+                if self.obs.censored[drawn, w]:
+                    value = float(self.tail.tail_beyond(np.array([value]), rng)[0])
+                row[w] = value
+            if len(self._rows) > 4:
+                self._rows.clear()
+            self._rows[round] = row
+        return row
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        extra = (float(self.speed[worker]) - 1.0) * compute_seconds
+        return float(self._row(round)[worker]) + extra
+
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        out: np.ndarray = self._row(round)[workers] + (self.speed[workers] - 1.0) * compute_seconds
+        return out

@@ -1,0 +1,200 @@
+"""The search: every candidate policy on the simulator, with the cluster's own delays.
+
+Each candidate (a policy and its parameters valid for the job's n) runs the source job's
+data, model, optimizer and seed on the simulator for up to ``rounds`` rounds, ``repeats``
+times, each with a different seeded replay of the recorded delays
+(:class:`~codedgd.services.tuning.fit.ResampledDelay`). Its predicted time to the target
+loss is the median over the repeats, with the smallest and largest as the interval; a
+repeat that never reaches the target within the rounds counts as not reaching it.
+
+The cost model: compute is ``seconds_per_sample`` × rows, calibrated from the source run
+(its median compute seconds over the rows a worker held), so the candidates pay for the
+load they give a worker; links cost nothing, because the recorded excess delays already
+hold the source's network time (for messages of the same size: every candidate here
+sends one whole gradient per worker); decode is timed on this machine. Lazy and robust
+policies and the worker-to-worker topologies are not searched yet (docs/tuning.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from codedgd.services.codes.frc import divisors
+from codedgd.services.errors import ConfigError, JobFailed, PlanError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.job.prepare import Prepared, prepare
+from codedgd.services.policies.registry import create
+from codedgd.services.sim.cost import CostModel
+from codedgd.services.sim.engines import make_simulator
+from codedgd.services.tuning.fit import DelayFit, Observations, ResampledDelay
+
+SEARCHED = ("uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead")
+
+
+def candidates(n: int, policies: Sequence[str] = SEARCHED) -> list[Component]:
+    """Every policy × parameters the search tries for ``n`` workers (all valid for n)."""
+    unknown = sorted(set(policies) - set(SEARCHED))
+    if unknown:
+        raise ConfigError(
+            f"tune cannot search {', '.join(unknown)}; it searches {', '.join(SEARCHED)}"
+        )
+    out: list[Component] = []
+    fractions = sorted({max(1, n // 16), max(1, n // 8), max(1, n // 4), max(1, n // 2)})
+    for name in policies:
+        if name == "uncoded":
+            out.append(Component("uncoded", {}))
+        elif name == "ignore-stragglers":
+            out += [Component(name, {"s": s}) for s in fractions if s < n]
+        elif name == "frc":
+            sizes = [d for d in divisors(n) if 2 <= d <= max(2, n // 2)][:4]
+            out += [Component(name, {"s": d - 1}) for d in sizes]
+        elif name == "cyclic":
+            out += [Component(name, {"s": s}) for s in sorted({1, 2, max(1, n // 8)}) if s < n]
+        elif name == "erasurehead":
+            for r in [d for d in divisors(n) if 2 <= d <= 4]:
+                for k in sorted({max(1, n // 4), max(1, n // 2), max(1, 3 * n // 4)}):
+                    out.append(Component(name, {"r": r, "K": k}))
+    valid = []
+    for c in out:
+        try:
+            policy = create(c.name, c.options)
+            policy.plan(n, policy.default_partitions(n))
+        except (PlanError, ConfigError):
+            continue
+        valid.append(c)
+    return valid
+
+
+def label(c: Component) -> str:
+    """``frc s=1``, ``erasurehead r=2 K=4``."""
+    return " ".join([c.name, *(f"{k}={v}" for k, v in c.options.items())])
+
+
+@dataclass
+class Outcome:
+    """One candidate's simulated runs."""
+
+    policy: Component
+    times: list[float] = field(default_factory=list)  # to target; inf: not reached
+    rounds: list[float] = field(default_factory=list)  # rounds to target; inf: not reached
+    round_seconds: list[float] = field(default_factory=list)
+    computations: list[float] = field(default_factory=list)  # per round
+    bytes_up: list[float] = field(default_factory=list)  # per round
+    replication: float = 1.0  # copies of each row across the workers
+    exact: bool = True
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        return label(self.policy)
+
+    @property
+    def predicted(self) -> float:
+        return float(np.median(self.times)) if self.times else math.inf
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return (min(self.times), max(self.times)) if self.times else (math.inf, math.inf)
+
+    @property
+    def reached(self) -> int:
+        return sum(1 for t in self.times if math.isfinite(t))
+
+    def to_dict(self) -> dict[str, Any]:
+        finite = [t if math.isfinite(t) else None for t in self.times]
+        return {
+            "policy": self.policy.to_dict(),
+            "label": self.label,
+            "predicted_seconds": self.predicted if math.isfinite(self.predicted) else None,
+            "interval_seconds": [v if math.isfinite(v) else None for v in self.interval],
+            "times_seconds": finite,
+            "rounds_to_target": [r if math.isfinite(r) else None for r in self.rounds],
+            "mean_round_seconds": _mean(self.round_seconds),
+            "computations_per_round": _mean(self.computations),
+            "bytes_up_per_round": _mean(self.bytes_up),
+            "replication": self.replication,
+            "exact": self.exact,
+            "error": self.error,
+        }
+
+
+def _rows_held(prepared: Prepared) -> np.ndarray:
+    """Training rows each worker of the plan holds."""
+    return np.array(
+        [sum(len(prepared.blocks[p]) for p in wp.partitions) for wp in prepared.plan.workers],
+        dtype=np.float64,
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def search(
+    source: JobConfig,
+    obs: Observations,
+    tail: DelayFit,
+    *,
+    target_loss: float,
+    rounds: int,
+    repeats: int,
+    policies: Sequence[str] = SEARCHED,
+    data_dir: str | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> list[Outcome]:
+    """Simulate every candidate ``repeats`` times; the outcomes, best first."""
+    if repeats < 1 or rounds < 1:
+        raise ConfigError("tune needs --repeats >= 1 and --rounds >= 1")
+    n = source.workers
+    if obs.n_workers != n:
+        raise ConfigError(
+            f"the delays are of {obs.n_workers} workers but the job has {n}: they are another job's"
+        )
+    # Seconds per row of the source's cluster: its median compute over the rows a worker held.
+    held = _rows_held(prepare(source.replace(partitions=source.partitions), data_dir))
+    per_row = obs.median_compute() / max(float(np.median(held)), 1.0)
+    cost = CostModel(
+        seconds_per_sample=per_row,
+        seconds_per_partition=0.0,
+        latency_seconds=0.0,
+        bandwidth_bytes_per_second=math.inf,
+    )
+    outcomes = []
+    for c in candidates(n, policies):
+        config = source.replace(
+            policy=c, rounds=rounds, target_loss=target_loss, eval_every=1, partitions=0
+        )
+        outcome = Outcome(c)
+        try:
+            prepared = prepare(config, data_dir)
+        except (PlanError, ConfigError) as exc:
+            outcome.error = str(exc)
+            outcomes.append(outcome)
+            continue
+        outcome.replication = float(_rows_held(prepared).sum() / max(prepared.dataset.n_train, 1))
+        outcome.exact = bool(prepared.policy.exact)
+        for rep in range(repeats):
+            if on_step is not None:
+                on_step(f"{outcome.label} #{rep + 1}")
+            sim = make_simulator(config, cost, prepared=prepared, per_worker=False)
+            sim.straggler = ResampledDelay(obs, tail, seed=rep)
+            try:
+                result = sim.run()
+            except JobFailed as exc:
+                outcome.error = str(exc)
+                break
+            records = result.records
+            hit = next((r for r in records if r.loss <= target_loss), None)
+            outcome.times.append(hit.wall_seconds if hit else math.inf)
+            outcome.rounds.append(hit.round + 1 if hit else math.inf)
+            outcome.round_seconds.append(float(np.mean([r.round_seconds for r in records])))
+            outcome.computations.append(float(np.mean([r.computations for r in records])))
+            outcome.bytes_up.append(float(np.mean([r.bytes_up for r in records])))
+        outcomes.append(outcome)
+    outcomes.sort(key=lambda o: (o.error != "", -o.reached, o.predicted))
+    return outcomes

@@ -1,0 +1,218 @@
+"""`codedgd tune`: fitting a run's delays, replaying them, and picking a policy that wins."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codedgd.services.errors import ConfigError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.records import RoundRecord
+from codedgd.services.sim import CostModel, simulate
+from codedgd.services.tuning import (
+    Observations,
+    ResampledDelay,
+    candidates,
+    fit_delays,
+    observe,
+    observe_trace,
+)
+
+
+def _censored_sample(draw, rounds: int = 400, n: int = 10, keep: int = 7, seed: int = 0):
+    """Observations as a run waiting for the fastest ``keep`` of n would record them."""
+    rng = np.random.default_rng(seed)
+    excess = draw(rng, (rounds, n))
+    censored = np.zeros_like(excess, dtype=bool)
+    for i in range(rounds):
+        order = np.argsort(excess[i])
+        bound = excess[i, order[keep - 1]]
+        censored[i, order[keep:]] = True
+        excess[i, order[keep:]] = bound
+    compute = np.where(censored, np.nan, 0.01)
+    return Observations(excess, censored, compute)
+
+
+def test_censored_exponential_delays_are_fitted_as_such_with_their_true_rate() -> None:
+    obs = _censored_sample(lambda rng, shape: 0.1 + rng.exponential(1 / 5.0, shape))
+    fit = fit_delays(obs)
+    best = fit.best
+    assert best.family == "shifted-exponential"
+    assert best.params["shift"] == pytest.approx(0.1, abs=0.005)
+    assert best.params["rate"] == pytest.approx(5.0, rel=0.08)
+    # Ignoring the censoring would have fitted a much faster law.
+    exact = obs.excess[~obs.censored]
+    assert 1 / np.mean(exact - exact.min()) > 1.3 * 5.0
+    assert best.ks < 0.05 < fit.fits[1].ks
+
+
+def test_heavy_tailed_delays_are_fitted_as_pareto() -> None:
+    obs = _censored_sample(lambda rng, shape: 0.05 * (1 + rng.pareto(1.8, shape)))
+    best = fit_delays(obs).best
+    assert best.family == "pareto"
+    assert best.params["shape"] == pytest.approx(1.8, rel=0.1)
+    assert best.params["scale"] == pytest.approx(0.05, rel=0.02)
+
+
+def test_a_replay_keeps_rounds_whole_and_completes_censored_values_above_their_bound() -> None:
+    obs = _censored_sample(lambda rng, shape: 0.1 + rng.exponential(0.2, shape), rounds=30)
+    fit = fit_delays(obs)
+    replay = ResampledDelay(obs, fit.best, seed=4)
+    workers = np.arange(10)
+    for t in range(50):
+        row = replay.delays(workers, t, np.zeros(10), np.ones(10))
+        # Each replayed round is one recorded round, its censored entries drawn above the bound.
+        matches = [
+            i
+            for i in range(obs.rounds)
+            if np.allclose(row[~obs.censored[i]], obs.excess[i][~obs.censored[i]])
+            and np.all(row[obs.censored[i]] >= obs.excess[i][obs.censored[i]])
+        ]
+        assert matches, t
+        assert replay.delay(3, t, 0.0, 1.0) == row[3]
+    assert not np.array_equal(
+        ResampledDelay(obs, fit.best, seed=1).delays(workers, 0, np.zeros(10), np.ones(10)),
+        ResampledDelay(obs, fit.best, seed=2).delays(workers, 0, np.zeros(10), np.ones(10)),
+    )
+
+
+def test_a_slow_worker_stays_slow_in_proportion_to_its_compute() -> None:
+    obs = _censored_sample(lambda rng, shape: rng.exponential(0.1, shape), rounds=20)
+    compute = np.full(obs.excess.shape, 0.01)
+    compute[:, 2] = 0.03  # worker 2 computes 3x slower
+    obs = Observations(obs.excess, np.zeros_like(obs.censored), compute)
+    replay = ResampledDelay(obs, fit_delays(obs).best, seed=0)
+    assert obs.speed()[2] == pytest.approx(3.0)
+    base = replay.delay(2, 5, 0.0, 1.0)
+    assert replay.delay(2, 5, 0.5, 1.0) == pytest.approx(base + 2 * 0.5)
+    assert replay.delay(1, 5, 0.5, 1.0) == replay.delay(1, 5, 0.0, 1.0)
+
+
+def _record(t: int, responses: dict[int, float], cancelled: int = 0) -> RoundRecord:
+    return RoundRecord(
+        round=t,
+        wall_seconds=float(t + 1),
+        round_seconds=1.0,
+        wait_seconds=max(responses.values()),
+        decode_seconds=0.0,
+        compute_seconds_max=0.01,
+        loss=1.0,
+        metric=0.5,
+        metric_name="auc",
+        workers_used=tuple(responses),
+        exact=True,
+        decode_residual=0.0,
+        bytes_up=0,
+        bytes_down=0,
+        uploads=len(responses),
+        computations=len(responses) + cancelled,
+        cancelled=cancelled,
+        late_dropped=0,
+        response_seconds=responses,
+        worker_compute_seconds={w: 0.01 for w in responses},
+    )
+
+
+def test_bad_records_are_refused_naming_what_is_missing() -> None:
+    full = {w: 0.1 + 0.01 * w for w in range(4)}
+    with pytest.raises(ConfigError, match=r"2 round.*at least 5"):
+        observe([_record(0, full), _record(1, full)], 4)
+    with pytest.raises(ConfigError, match=r"workers \[4\].*another job"):
+        observe([_record(t, {**full, 4: 0.2}) for t in range(6)], 4)
+    with pytest.raises(ConfigError, match=r"workers \[4, 5\] of the job's 6"):
+        observe([_record(t, full) for t in range(6)], 6)
+    with pytest.raises(ConfigError, match="records 3 workers but the job has 4"):
+        observe_trace(np.ones((10, 3)), 4, 0.01)
+    with pytest.raises(ConfigError, match=r"no delay for workers \[1\]"):
+        observe_trace(np.where(np.arange(4) == 1, np.nan, 1.0) * np.ones((10, 4)), 4, 0.01)
+    same = [_record(t, {w: 0.1 for w in range(4)}) for t in range(6)]
+    with pytest.raises(ConfigError, match="all equal"):
+        fit_delays(observe(same, 4))
+
+
+def test_candidates_are_valid_for_n() -> None:
+    names = {c.name for c in candidates(12)}
+    assert names == {"uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead"}
+    assert all(12 % (c.options["s"] + 1) == 0 for c in candidates(12, ["frc"]))
+    assert [c.name for c in candidates(7, ["frc", "erasurehead"])] == []  # 7 is prime
+    with pytest.raises(ConfigError, match="cannot search lag"):
+        candidates(8, ["lag"])
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "codedgd.client.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path) -> None:
+    # The source: uncoded on 8 workers, two random workers a round 1 s late.
+    source = JobConfig(
+        workers=8,
+        rounds=30,
+        seed=2,
+        data=Component("synthetic", {"rows": 800, "dim": 10}),
+        policy=Component("uncoded", {}),
+        stragglers=Component("fixed", {"count": 2, "delay": 1.0}),
+    )
+    (tmp_path / "src.toml").write_text(_toml(source))
+    done = _cli("simulate", "--config", "src.toml", "-o", "src.json", "--no-progress", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = _cli(
+        "tune", "src.json", "--json", "--write", "best.toml", "--repeats", "2", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    ranked = doc["candidates"]
+    best, uncoded = ranked[0], next(c for c in ranked if c["label"] == "uncoded")
+    assert best["label"] != "uncoded"
+    assert best["predicted_seconds"] < 0.6 * uncoded["predicted_seconds"]
+    assert doc["fits"][0]["family"] in ("shifted-exponential", "pareto")
+    # The written job is the source with the winner's policy, and it really is faster.
+    chosen = JobConfig.from_toml(tmp_path / "best.toml")
+    assert chosen.policy.name == best["policy"]["name"]
+    assert chosen.replace(policy=source.policy) == source.replace(target_loss=None)
+    target = doc["target_loss"]
+    cost = CostModel.ideal()
+    before = simulate(source.replace(target_loss=target, rounds=60), cost).records
+    after = simulate(chosen.replace(target_loss=target, rounds=60), cost).records
+    assert after[-1].loss <= target
+    assert after[-1].wall_seconds < 0.6 * before[-1].wall_seconds
+
+
+def test_tune_refuses_a_file_that_is_not_a_result_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text("[1, 2]")
+    done = _cli("tune", "x.json", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("codedgd tune: error:") and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _toml(config: JobConfig) -> str:
+    import tomli_w
+
+    doc = config.to_dict()
+    doc["job"] = {k: v for k, v in doc["job"].items() if v is not None}
+    return tomli_w.dumps(doc)
+
+
+def test_outcome_numbers_are_finite_or_null() -> None:
+    from codedgd.services.tuning import Outcome
+
+    o = Outcome(Component("uncoded", {}), times=[1.0, math.inf], rounds=[3, math.inf])
+    d = o.to_dict()
+    assert d["times_seconds"] == [1.0, None]
+    assert d["rounds_to_target"] == [3, None]
+    assert d["predicted_seconds"] is None  # the median of one hit and one miss: a miss
+    assert d["interval_seconds"] == [1.0, None]
+    json.dumps(d, allow_nan=False)
