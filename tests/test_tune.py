@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -146,12 +147,14 @@ def test_candidates_are_valid_for_n() -> None:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CODEDGD_CACHE_DIR": str(cwd / "cache")}
     return subprocess.run(
         [sys.executable, "-m", "codedgd.client.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=600,
+        env=env,
     )
 
 
@@ -188,6 +191,29 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     after = simulate(chosen.replace(target_loss=target, rounds=60), cost).records
     assert after[-1].loss <= target
     assert after[-1].wall_seconds < 0.6 * before[-1].wall_seconds
+
+
+def test_tune_aims_at_a_gap_to_the_optimum(tmp_path: Path) -> None:
+    source = JobConfig(
+        workers=4,
+        rounds=12,
+        seed=1,
+        data=Component("synthetic", {"rows": 400, "dim": 6}),
+        stragglers=Component("exponential", {"mean": 0.1}),
+    )
+    (tmp_path / "src.toml").write_text(_toml(source))
+    made = _cli("simulate", "-c", "src.toml", "-o", "s.json", "--no-progress", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    done = _cli(
+        "tune", "s.json", "--json", "--target-gap", "0.05", "--policy", "uncoded", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["target_loss"] == pytest.approx(doc["optimal_loss"] * 1.05)
+    assert [c["label"] for c in doc["candidates"]] == ["uncoded"]
+    assert len(list((tmp_path / "cache").glob("optimum-*.json"))) == 1
+    both = _cli("tune", "s.json", "--target-gap", "0.05", "--target-loss", "1", cwd=tmp_path)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
 def test_tune_refuses_a_file_that_is_not_a_result_in_one_line(tmp_path: Path) -> None:

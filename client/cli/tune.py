@@ -43,11 +43,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="take the delays from this recorded trace (.json/.csv, rows = rounds, columns "
         "= workers, seconds beyond compute) instead of the result file's rounds",
     )
-    p.add_argument(
+    target = p.add_mutually_exclusive_group()
+    target.add_argument(
         "--target-loss",
         type=float,
         help="training loss to reach (default: the run's target_loss, else the loss the "
         "run ended at)",
+    )
+    target.add_argument(
+        "--target-gap",
+        type=float,
+        metavar="EPS",
+        help="reach F <= F*(1 + EPS), F* the optimal loss of the problem (solved once by "
+        "L-BFGS and cached): 0.01 is a loose target, 1e-4 a tight one that approximate "
+        "codes may never reach",
     )
     p.add_argument(
         "--rounds",
@@ -108,6 +117,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
     fit = fit_delays(obs)
     target = args.target_loss
+    optimal = None
+    if args.target_gap is not None:
+        from codedgd.services.job.optimum import job_optimum
+
+        optimal = job_optimum(source, args.data_dir)
+        target = optimal.target(args.target_gap)
     if target is None:
         target = source.target_loss
     if target is None:
@@ -133,7 +148,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"compute: median {obs.median_compute():.4g} s a round; slower than 1.5x "
             f"the median: {shown}"
         )
-        print(f"target loss {target:.6g}; up to {rounds} rounds, {args.repeats} replays each")
+        why = (
+            f" (within {args.target_gap:g} of the optimum F* = {optimal.loss:.6g})"
+            if optimal is not None
+            else ""
+        )
+        print(
+            f"target loss {target:.6g}{why}; up to {rounds} rounds, {args.repeats} replays each"
+        )
     if args.fit_figure:
         _figure(fit, Path(args.fit_figure))
     bar = _bar(args)
@@ -155,6 +177,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         doc = {
             "source": str(args.results),
             "target_loss": target,
+            "optimal_loss": optimal.loss if optimal is not None else None,
             "rounds": rounds,
             "fits": [f.to_dict() for f in fit.fits],
             "speed": [float(s) for s in speed],

@@ -28,6 +28,7 @@ from codedgd.services.stragglers.models import (
     SeededDelay,
     ShiftedExponentialDelay,
     SlowdownDelay,
+    SpeedClasses,
     TraceDelay,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "SeededDelay",
     "ShiftedExponentialDelay",
     "SlowdownDelay",
+    "SpeedClasses",
     "StragglerInfo",
     "StragglerModel",
     "TraceDelay",
@@ -125,6 +127,23 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
             Param("factor", float, 5.0, "slow-down κ >= 1 (extra delay (κ−1)·compute time)"),
         ),
     ),
+    "speed-classes": StragglerInfo(
+        "count workers (mixed instance types) take factor× as long at everything: compute "
+        "and an optional Exp(mean) wait; chosen once from the seed, or afresh every E rounds",
+        (
+            Param("count", int, -1, "slow workers, 0..n; < 0: half of them"),
+            Param("factor", float, 2.0, "how many times slower, >= 1"),
+            Param("mean", float, 0.0, "mean of every worker's i.i.d. Exp wait, seconds >= 0"),
+            Param("every", int, 0, "redraw the slow workers every this many rounds; 0: never"),
+            Param(
+                "calm",
+                bool,
+                False,
+                "every other period of `every` rounds has no slow worker (alternating "
+                "intensity)",
+            ),
+        ),
+    ),
     "fail-stop": StragglerInfo(
         "count workers, chosen once from the seed, stop answering from round start on "
         "(infinite delay: they hang, the job goes on only if the policy tolerates them)",
@@ -186,6 +205,12 @@ def _build_slowdown(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
     return SlowdownDelay(o["count"], o["factor"], seed=seed, n_workers=n)
 
 
+def _build_speed_classes(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
+    return SpeedClasses(
+        o["count"], o["factor"], o["mean"], o["every"], o["calm"], seed=seed, n_workers=n
+    )
+
+
 def _build_fail_stop(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
     return FailStop(o["count"], o["start"], seed=seed, n_workers=n)
 
@@ -205,6 +230,7 @@ _BUILDERS: dict[str, Callable[[Mapping[str, Any], int, int], StragglerModel]] = 
     "pareto": _build_pareto,
     "fixed": _build_fixed,
     "slowdown": _build_slowdown,
+    "speed-classes": _build_speed_classes,
     "fail-stop": _build_fail_stop,
     "crash": _build_crash,
     "trace": _build_trace,

@@ -267,6 +267,87 @@ class SlowdownDelay(_ChosenWorkers):
         return out
 
 
+class SpeedClasses:
+    """``count`` slow workers take ``factor``× as long as the rest, at everything they do.
+
+    Mixed instance types: a slow worker's round (compute plus an optional i.i.d.
+    Exp(``mean``) wait ``e``) takes ``factor``·(compute + e), so its delay is
+    (factor − 1)·compute + factor·e, and a fast worker's is e. Which workers are slow is
+    drawn from the seed (on a stream of this model's own): once for the whole job
+    (``every = 0``, the default), or afresh every ``every`` rounds (slow machines that
+    change identity). With ``calm``, every other period of ``every`` rounds has no slow
+    worker at all (straggling whose intensity alternates). ``count < 0`` means half the
+    workers.
+    """
+
+    name: ClassVar[str] = "speed-classes"
+    STREAM: ClassVar[int] = 0x73706564  # "sped"
+
+    def __init__(
+        self,
+        count: int = -1,
+        factor: float = 2.0,
+        mean: float = 0.0,
+        every: int = 0,
+        calm: bool = False,
+        *,
+        seed: int,
+        n_workers: int,
+    ) -> None:
+        if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+            raise ConfigError(f"the straggler seed must be an integer >= 0, got {seed!r}")
+        self.n_workers = int(n_workers)
+        self.count = self.n_workers // 2 if count < 0 else _check_count(self.name, count, n_workers)
+        self.factor = _check_number(self.name, "factor", factor, low=1.0, strict=False)
+        self.mean = _check_number(self.name, "mean", mean, low=0.0, strict=False)
+        if isinstance(every, bool) or int(every) != every or every < 0:
+            raise ConfigError(
+                f"straggler model {self.name!r}: every must be a number of rounds >= 0 "
+                f"(0: the slow workers never change), got {every!r}"
+            )
+        self.every = int(every)
+        if calm and self.every == 0:
+            raise ConfigError(
+                f"straggler model {self.name!r}: calm alternates periods of `every` rounds; "
+                "give every > 0"
+            )
+        self.calm = bool(calm)
+        self.seed = int(seed)
+        self._wait = ExponentialDelay(self.mean, seed=seed, n_workers=n_workers)
+        self._slow: tuple[int, np.ndarray] | None = None
+
+    def slow(self, round: int) -> np.ndarray:
+        """A boolean per worker: slow in ``round``."""
+        period = round // self.every if self.every else 0
+        cached = self._slow
+        if cached is not None and cached[0] == period:
+            return cached[1]
+        mask = np.zeros(self.n_workers, dtype=bool)
+        if not (self.calm and period % 2 == 1):
+            rng = np.random.default_rng([self.seed, STREAM, self.STREAM, period])
+            mask[rng.choice(self.n_workers, size=self.count, replace=False)] = True
+        mask.flags.writeable = False
+        self._slow = (period, mask)
+        return mask
+
+    def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
+        if not 0 <= worker < self.n_workers:
+            raise ValueError(f"worker {worker} out of range 0..{self.n_workers - 1}")
+        e = self._wait.delay(worker, round, compute_seconds, load) if self.mean else 0.0
+        if not self.slow(round)[worker]:
+            return e
+        return (self.factor - 1.0) * compute_seconds + self.factor * e
+
+    def delays(
+        self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
+    ) -> np.ndarray:
+        e = self._wait.delays(workers, round, compute_seconds, loads) if self.mean else 0.0
+        e = np.broadcast_to(np.asarray(e, dtype=np.float64), (len(workers),))
+        slow = self.slow(round)[workers]
+        out: np.ndarray = np.where(slow, (self.factor - 1.0) * compute_seconds + self.factor * e, e)
+        return out
+
+
 class _ChosenOnce:
     """``count`` workers chosen once for the job from the seed, from round ``start`` on.
 

@@ -31,6 +31,7 @@ from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.policies.registry import create
 from codedgd.services.sim.cost import CostModel
 from codedgd.services.sim.engines import make_simulator
+from codedgd.services.stragglers import StragglerModel
 from codedgd.services.tuning.fit import DelayFit, Observations, ResampledDelay
 
 SEARCHED = ("uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead")
@@ -146,8 +147,14 @@ def search(
     policies: Sequence[str] = SEARCHED,
     data_dir: str | None = None,
     on_step: Callable[[str], None] | None = None,
+    delays: Callable[[int], StragglerModel] | None = None,
+    cost: CostModel | None = None,
 ) -> list[Outcome]:
-    """Simulate every candidate ``repeats`` times; the outcomes, best first."""
+    """Simulate every candidate ``repeats`` times; the outcomes, best first.
+
+    ``delays(repeat)`` and ``cost`` replace the replayed delays and the fitted cost model
+    (an exhaustive search under known delays, as bench/bench_tune.py runs it).
+    """
     if repeats < 1 or rounds < 1:
         raise ConfigError("tune needs --repeats >= 1 and --rounds >= 1")
     n = source.workers
@@ -156,14 +163,15 @@ def search(
             f"the delays are of {obs.n_workers} workers but the job has {n}: they are another job's"
         )
     # Seconds per row of the source's cluster: its median compute over the rows a worker held.
-    held = _rows_held(prepare(source.replace(partitions=source.partitions), data_dir))
-    per_row = obs.median_compute() / max(float(np.median(held)), 1.0)
-    cost = CostModel(
-        seconds_per_sample=per_row,
-        seconds_per_partition=0.0,
-        latency_seconds=0.0,
-        bandwidth_bytes_per_second=math.inf,
-    )
+    if cost is None:
+        held = _rows_held(prepare(source, data_dir))
+        per_row = obs.median_compute() / max(float(np.median(held)), 1.0)
+        cost = CostModel(
+            seconds_per_sample=per_row,
+            seconds_per_partition=0.0,
+            latency_seconds=0.0,
+            bandwidth_bytes_per_second=math.inf,
+        )
     outcomes = []
     for c in candidates(n, policies):
         config = source.replace(
@@ -182,7 +190,7 @@ def search(
             if on_step is not None:
                 on_step(f"{outcome.label} #{rep + 1}")
             sim = make_simulator(config, cost, prepared=prepared, per_worker=False)
-            sim.straggler = ResampledDelay(obs, tail, seed=rep)
+            sim.straggler = delays(rep) if delays else ResampledDelay(obs, tail, seed=rep)
             try:
                 result = sim.run()
             except JobFailed as exc:

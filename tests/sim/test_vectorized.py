@@ -37,6 +37,7 @@ STRAGGLERS = [
     Component("pareto", {"scale": 0.01, "shape": 1.5, "by_load": True}),
     Component("fixed", {"count": 2, "delay": 0.3}),
     Component("slowdown", {"count": 3, "factor": 4.0}),
+    Component("speed-classes", {"count": 4, "factor": 3.0, "mean": 0.02, "every": 3}),
     Component("none", {}),
 ]
 

@@ -276,9 +276,67 @@ def test_string_options_are_coerced_and_help_lists_every_model() -> None:
         "pareto",
         "fixed",
         "slowdown",
+        "speed-classes",
         "fail-stop",
         "crash",
         "trace",
     }
     for info in STRAGGLER_MODELS.values():
         assert info.description and info.describe()
+
+
+def test_speed_classes_slow_half_the_pool_at_everything() -> None:
+    model = _make("speed-classes", factor=3.0, mean=0.1)
+    s = _samples(model, compute=0.5, rounds=200)
+    slow = model.slow(0)
+    assert slow.sum() == N_WORKERS // 2
+    assert all(np.array_equal(model.slow(r), slow) for r in range(200))  # chosen once
+    fast_wait = s[:, ~slow]
+    _assert_mean(fast_wait, 0.1, 0.1)
+    # A slow worker's round is 3 x (compute + its wait): delay 2·compute + 3·e.
+    e = _samples(_make("exponential", mean=0.1), compute=0.5, rounds=200)
+    np.testing.assert_allclose(s[:, slow], 2 * 0.5 + 3 * e[:, slow])
+    np.testing.assert_allclose(s[:, ~slow], e[:, ~slow])
+
+
+def test_speed_classes_redraw_and_calm_periods() -> None:
+    rotating = _make("speed-classes", count=2, factor=5.0, every=50)
+    sets = {tuple(np.flatnonzero(rotating.slow(p * 50))) for p in range(8)}
+    assert len(sets) > 1 and all(len(s) == 2 for s in sets)
+    assert all(np.array_equal(rotating.slow(50), rotating.slow(r)) for r in range(50, 100))
+    calm = _make("speed-classes", count=2, factor=5.0, every=50, calm=True)
+    assert calm.slow(10).sum() == 2 and calm.slow(60).sum() == 0 and calm.slow(110).sum() == 2
+    assert calm.delay(0, 60, 1.0, 1.0) == 0.0
+    with pytest.raises(ConfigError, match="calm alternates.*every > 0"):
+        _make("speed-classes", calm=True)
+    with pytest.raises(ConfigError, match="factor must be a finite number >= 1"):
+        _make("speed-classes", factor=0.5)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("none", {}),
+        ("exponential", {"mean": 0.2}),
+        ("shifted-exponential", {"shift": 0.5, "rate": 3.0}),
+        ("pareto", {"scale": 0.1, "shape": 1.5, "by_load": True}),
+        ("fixed", {"count": 3, "delay": 2.0}),
+        ("slowdown", {"count": 2, "factor": 4.0}),
+        ("fail-stop", {"count": 2, "start": 3}),
+        ("speed-classes", {"count": 3, "factor": 2.5, "mean": 0.1, "every": 4, "calm": True}),
+    ],
+)
+def test_a_rounds_delays_at_once_equal_each_workers_delay(name: str, options: dict) -> None:
+    from codedgd.services.stragglers import delays_of
+
+    model = _make(name, **options)
+    rng = np.random.default_rng(0)
+    for r in range(12):
+        workers = rng.permutation(N_WORKERS)[: int(rng.integers(1, N_WORKERS + 1))]
+        compute = rng.random(len(workers))
+        loads = rng.random(len(workers))
+        one_by_one = [
+            model.delay(int(w), r, float(c), float(ld))
+            for w, c, ld in zip(workers, compute, loads, strict=True)
+        ]
+        np.testing.assert_array_equal(delays_of(model, workers, r, compute, loads), one_by_one)

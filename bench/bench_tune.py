@@ -1,0 +1,154 @@
+"""Does `codedgd tune` pick well? Its pick against an exhaustive search, on six delay scenarios.
+
+For each scenario and n: a source run of the default policy (uncoded) is simulated for
+``--source-rounds`` rounds with the scenario's delays; the tuner sees only that run's
+records (as `codedgd tune RESULT.json` does), fits them and ranks every candidate on
+replays of them. The exhaustive search then runs every candidate under the scenario's
+true delay model, with ``--repeats`` fresh seeds, and takes the best median time to the
+same target. Reported: the pick's true time over the best true time (goal <= 1.10), the
+default policy's true time over the pick's (goal > 1), and how long the tuner took.
+
+    python -m bench.bench_tune                          # n = 16 and 64, all six scenarios
+    python -m bench.bench_tune --workers 16 --scenario alternating
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.sim import CostModel
+from codedgd.services.sim.engines import simulate
+from codedgd.services.stragglers import create_straggler_model
+from codedgd.services.tuning import fit_delays, observe, search
+
+SCENARIOS: dict[str, Callable[[int], Component]] = {
+    "exponential": lambda n: Component("exponential", {"mean": 0.1}),
+    "few-slow": lambda n: Component(
+        "speed-classes", {"count": max(1, n // 8), "factor": 5.0, "mean": 0.02}
+    ),
+    "pareto": lambda n: Component("pareto", {"scale": 0.02, "shape": 1.5}),
+    "two-classes": lambda n: Component("speed-classes", {"factor": 2.0, "mean": 0.05}),
+    "rotating": lambda n: Component(
+        "speed-classes", {"count": max(1, n // 8), "factor": 5.0, "mean": 0.02, "every": 50}
+    ),
+    "alternating": lambda n: Component(
+        "speed-classes",
+        {"count": max(1, n // 4), "factor": 5.0, "mean": 0.02, "every": 50, "calm": True},
+    ),
+}
+
+
+def cost_for(n: int) -> CostModel:
+    """A worker holding 1/n of the rows computes for 0.05 s; links 1 ms, 1 GB/s."""
+    rows = 200 * n
+    return CostModel(
+        seconds_per_sample=0.05 / (rows / n),
+        seconds_per_partition=0.0,
+        latency_seconds=0.001,
+        decode_seconds=1e-4,
+    )
+
+
+def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    stragglers = SCENARIOS[scenario](n)
+    source = JobConfig(
+        workers=n,
+        rounds=args.source_rounds,
+        seed=3,
+        data=Component("synthetic", {"rows": 200 * n, "dim": 50}),
+        policy=Component("uncoded", {}),
+        stragglers=stragglers,
+        round_timeout=1e9,
+    )
+    cost = cost_for(n)
+    recorded = simulate(source, cost).records
+    target = recorded[-1].loss
+    started = time.perf_counter()
+    obs = observe(recorded, n)
+    fit = fit_delays(obs)
+    picked = search(
+        source, obs, fit.best, target_loss=target, rounds=args.rounds, repeats=args.repeats
+    )
+    tune_seconds = time.perf_counter() - started
+
+    def truth(rep: int) -> Any:
+        return create_straggler_model(
+            stragglers.name, stragglers.options, seed=1000 + rep, n_workers=n
+        )
+
+    exhaustive = search(
+        source,
+        obs,
+        fit.best,
+        target_loss=target,
+        rounds=args.rounds,
+        repeats=args.repeats,
+        delays=truth,
+        cost=cost,
+    )
+    true_time = {o.label: o.predicted for o in exhaustive}
+    pick = picked[0].label
+    best = exhaustive[0]
+    return {
+        "scenario": scenario,
+        "n": n,
+        "fit": fit.best.describe(),
+        "pick": pick,
+        "pick_predicted": picked[0].predicted,
+        "pick_true": true_time[pick],
+        "best": best.label,
+        "best_true": best.predicted,
+        "default_true": true_time["uncoded"],
+        "tune_seconds": tune_seconds,
+        "candidates": len(picked),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_tune",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--workers", type=int, action="append", help="n (repeatable; 16 and 64)")
+    p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    p.add_argument("--source-rounds", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=250, help="most rounds a candidate may take")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", help="also write the rows to this file")
+    args = p.parse_args()
+    rows = []
+    print(
+        "| scenario | n | tune's pick | predicted (s) | true (s) | best of exhaustive | "
+        "best (s) | pick / best | uncoded / pick | tune took (s) |"
+    )
+    print("|---|---:|---|---:|---:|---|---:|---:|---:|---:|")
+    for n in args.workers or [16, 64]:
+        for scenario in args.scenario or list(SCENARIOS):
+            r = one(scenario, n, args)
+            rows.append(r)
+            ratio = r["pick_true"] / r["best_true"]
+            gain = r["default_true"] / r["pick_true"]
+            print(
+                f"| {scenario} | {n} | {r['pick']} | {_s(r['pick_predicted'])} | "
+                f"{_s(r['pick_true'])} | {r['best']} | {_s(r['best_true'])} | {ratio:.2f} | "
+                f"{gain:.2f} | {r['tune_seconds']:.1f} |",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1, default=lambda v: None if math.isinf(v) else v)
+
+
+def _s(v: float) -> str:
+    return f"{v:.2f}" if math.isfinite(v) else "not reached"
+
+
+if __name__ == "__main__":
+    main()
