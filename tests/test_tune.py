@@ -69,11 +69,13 @@ def test_a_replay_keeps_rounds_whole_and_completes_censored_values_above_their_b
     for t in range(50):
         row = replay.delays(workers, t, np.zeros(10), np.ones(10))
         # Each replayed round is one recorded round, its censored entries drawn above the bound.
+        # (Each worker's persistent excess is replayed as slowness instead: none here.)
+        base = np.maximum(obs.excess - obs.persistent_excess(), 0.0)
         matches = [
             i
             for i in range(obs.rounds)
-            if np.allclose(row[~obs.censored[i]], obs.excess[i][~obs.censored[i]])
-            and np.all(row[obs.censored[i]] >= obs.excess[i][obs.censored[i]])
+            if np.allclose(row[~obs.censored[i]], base[i][~obs.censored[i]])
+            and np.all(row[obs.censored[i]] >= base[i][obs.censored[i]])
         ]
         assert matches, t
         assert replay.delay(3, t, 0.0, 1.0) == row[3]
@@ -83,16 +85,26 @@ def test_a_replay_keeps_rounds_whole_and_completes_censored_values_above_their_b
     )
 
 
-def test_a_slow_worker_stays_slow_in_proportion_to_its_compute() -> None:
-    obs = _censored_sample(lambda rng, shape: rng.exponential(0.1, shape), rounds=20)
-    compute = np.full(obs.excess.shape, 0.01)
+def test_a_slow_worker_stays_slow_in_proportion_to_its_load() -> None:
+    rng = np.random.default_rng(3)
+    rounds, n = 40, 6
+    compute = np.full((rounds, n), 0.01)
     compute[:, 2] = 0.03  # worker 2 computes 3x slower
-    obs = Observations(obs.excess, np.zeros_like(obs.censored), compute)
+    excess = rng.exponential(0.01, (rounds, n))
+    excess[:, 4] += 0.02  # worker 4 waits 0.02 s more every round: twice its compute
+    obs = Observations(excess, np.zeros((rounds, n), dtype=bool), compute)
+    slowness = obs.slowness()
+    assert slowness[2] == pytest.approx(3.0, rel=0.15)
+    assert slowness[4] == pytest.approx(3.0, rel=0.15)
+    assert np.all(np.delete(slowness, [2, 4]) < 1.5)
     replay = ResampledDelay(obs, fit_delays(obs).best, seed=0)
-    assert obs.speed()[2] == pytest.approx(3.0)
-    base = replay.delay(2, 5, 0.0, 1.0)
-    assert replay.delay(2, 5, 0.5, 1.0) == pytest.approx(base + 2 * 0.5)
-    assert replay.delay(1, 5, 0.5, 1.0) == replay.delay(1, 5, 0.0, 1.0)
+    for w in (2, 4):
+        base = replay.delay(w, 5, 0.0, 1.0)
+        assert replay.delay(w, 5, 0.5, 1.0) == pytest.approx(base + (slowness[w] - 1) * 0.5)
+    # At the recorded load, worker 4's replay is the recorded delay (the same rounds).
+    replay_4 = [replay.delay(4, t, 0.01, 1.0) for t in range(200)]
+    assert np.median(replay_4) == pytest.approx(np.median(excess[:, 4]), rel=0.25)
+    assert min(replay_4) >= 0.02
 
 
 def _record(t: int, responses: dict[int, float], cancelled: int = 0) -> RoundRecord:
@@ -242,3 +254,10 @@ def test_outcome_numbers_are_finite_or_null() -> None:
     assert d["predicted_seconds"] is None  # the median of one hit and one miss: a miss
     assert d["interval_seconds"] == [1.0, None]
     json.dumps(d, allow_nan=False)
+
+
+def test_speed_aware_candidates_only_for_a_pool_of_unequal_speeds() -> None:
+    assert not [c for c in candidates(8, speeds=[1.0] * 8) if c.name == "hetero"]
+    mixed = [c for c in candidates(8, speeds=[1, 1, 1, 1, 2, 2, 2, 2]) if c.name == "hetero"]
+    assert [c.options["s"] for c in mixed] == [0, 1]
+    assert mixed[0].options["speeds"] == "0.5,0.5,0.5,0.5,1,1,1,1"

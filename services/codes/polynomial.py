@@ -19,6 +19,12 @@ the values at β are the same information in the Lagrange basis, and far better
 conditioned in floating point). Decoding: with V_F[i, v] = T_v(α_i) (Chebyshev basis,
 v < n−d+m) and Φ[u, v] = T_v(β_u), the weights are D = Φ V_F⁻¹ and g^(u) = Σ_i D[u, i]·f_i.
 
+Any other placement works the same way (``supports``: worker i holds supports[i] of k
+partitions): with d the fewest holders of any partition, every Z_j has degree <= n − d, so
+any n − d + m arrivals decode. The heterogeneity-aware code
+(:mod:`codedgd.services.codes.hetero`) places partitions in proportion to speed and
+encodes this way.
+
 Points: the n + m Chebyshev nodes of [−1, 1], β at evenly spread nodes, α the rest.
 ``points="interleaved"`` (default) maps consecutive workers (who share partitions) to
 nodes far apart, which keeps the encoding coefficients O(10) and the decode accurate on
@@ -77,7 +83,27 @@ class PolynomialCode:
         *,
         points: str = "interleaved",
         cache_size: int = 4096,
+        supports: Sequence[Sequence[int]] | None = None,
+        n_partitions: int | None = None,
     ) -> None:
+        self.k = n_workers
+        self._supports: tuple[tuple[int, ...], ...] | None = None
+        self._holders: tuple[tuple[int, ...], ...] | None = None
+        if supports is not None:
+            # Any placement: worker i holds supports[i] of n_partitions partitions; d is
+            # the fewest holders of a partition (Z_j has n − |holders(j)| roots).
+            if len(supports) != n_workers or n_partitions is None or n_partitions < 1:
+                raise ValueError("a placement needs one support per worker and n_partitions")
+            self.k = int(n_partitions)
+            self._supports = tuple(tuple(int(j) for j in sup) for sup in supports)
+            holders: list[list[int]] = [[] for _ in range(self.k)]
+            for i, sup in enumerate(self._supports):
+                if len(set(sup)) != len(sup) or not all(0 <= j < self.k for j in sup):
+                    raise ValueError(f"worker {i}'s partitions {sup} repeat or leave 0..k-1")
+                for j in sup:
+                    holders[j].append(i)
+            self._holders = tuple(tuple(h) for h in holders)
+            d = min(len(h) for h in self._holders)
         d = s + m if d is None else d
         if s < 0 or m < 1 or d < s + m or d > n_workers:
             raise ValueError(
@@ -98,7 +124,7 @@ class PolynomialCode:
         step = interleave_step(n_workers, d) if points == "interleaved" else 1
         self.beta = nodes[beta_at].copy()
         self.alpha = rest[(np.arange(n_workers) * step) % n_workers]
-        self.encoding = self._encoding_tensor()  # (n workers, n partitions, m)
+        self.encoding = self._encoding_tensor()  # (n workers, k partitions, m)
         self._phi = chebyshev.chebvander(self.beta, self.need - 1)  # (m, need)
         self._cache: LRU[tuple[int, ...], PolynomialDecode] = LRU(cache_size)
 
@@ -108,9 +134,13 @@ class PolynomialCode:
         return self.d - self.m
 
     def support(self, worker: int) -> tuple[int, ...]:
+        if self._supports is not None:
+            return self._supports[worker]
         return tuple((worker + t) % self.n for t in range(self.d))
 
     def holders(self, partition: int) -> tuple[int, ...]:
+        if self._holders is not None:
+            return self._holders[partition]
         return tuple((partition - t) % self.n for t in range(self.d))
 
     def coefficients(self, worker: int) -> np.ndarray:
@@ -126,8 +156,8 @@ class PolynomialCode:
             for v in range(m):
                 if v != u:
                     lag[:, u] *= (alpha - beta[v]) / (beta[u] - beta[v])
-        E = np.zeros((n, n, m), dtype=np.float64)
-        for j in range(n):
+        E = np.zeros((n, self.k, m), dtype=np.float64)
+        for j in range(self.k):
             holders = list(self.holders(j))
             roots = np.delete(alpha, holders)  # Z_j's roots: the workers not holding j
             for u in range(m):

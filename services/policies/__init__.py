@@ -8,6 +8,7 @@ from codedgd.services.policies import comm_efficient as comm_efficient
 from codedgd.services.policies import cyclic as cyclic
 from codedgd.services.policies import erasurehead as erasurehead
 from codedgd.services.policies import frc as frc
+from codedgd.services.policies import hetero as hetero
 from codedgd.services.policies import lag as lag
 from codedgd.services.policies import lag_coded as lag_coded
 from codedgd.services.policies import ring as ring

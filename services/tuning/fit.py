@@ -7,8 +7,9 @@ result in) and its own compute seconds. From them:
   gradient (network, queueing, straggling; an injected straggler model's delay too).
   Workers cancelled in a round never answered: their excess is *right-censored* at the
   round's decode time minus the round's mean compute (they were slower than that).
-- **speed**: each worker's median compute seconds relative to the pool's median
-  (1 = typical, 2 = twice as slow). All of codedgd's codes give every worker the same
+- **speed**: each worker's median compute seconds relative to the typical worker's (the
+  pool's 25th percentile, so that a pool half of slow machines is measured against its
+  fast half; 1 = typical, 2 = twice as slow). All of codedgd's codes give every worker the same
   load, so compute seconds compare directly; a run of a speed-aware plan would not.
 
 The pooled excess is fitted by two families, each by maximum likelihood with the censored
@@ -35,6 +36,9 @@ from codedgd.services.errors import ConfigError
 from codedgd.services.records import RoundRecord
 
 MIN_ROUNDS = 5
+# The typical worker is the one at this percentile of the pool's per-worker medians: low
+# enough to sit among the fast ones when up to three quarters of the pool is slow.
+TYPICAL = 25.0
 FAMILIES = ("shifted-exponential", "pareto")
 
 
@@ -55,13 +59,13 @@ class Observations:
         return int(self.excess.shape[0])
 
     def speed(self) -> np.ndarray:
-        """Each worker's median compute seconds over the pool's median (1 = typical)."""
+        """Each worker's median compute seconds over the typical worker's (1 = typical)."""
         answered = ~np.isnan(self.compute).all(axis=0)
         if not answered.any():
             return np.ones(self.n_workers)
         medians = np.ones(self.n_workers)
         medians[answered] = np.nanmedian(self.compute[:, answered], axis=0)
-        pool = float(np.median(medians[answered]))
+        pool = float(np.percentile(medians[answered], TYPICAL))
         if not pool > 0:
             return np.ones(self.n_workers)
         out: np.ndarray = np.where(answered, medians / pool, 1.0)  # never answered: unknown
@@ -70,6 +74,29 @@ class Observations:
     def median_compute(self) -> float:
         """The pool's median compute seconds of one worker's round."""
         return float(np.nanmedian(self.compute))
+
+    def persistent_excess(self) -> np.ndarray:
+        """Each worker's median excess above the typical worker's median (>= 0), seconds.
+
+        The part of a worker's delay that is there round after round: a slower machine,
+        not bad luck. Censored values count at their bound, so a worker cancelled in most
+        rounds gets a lower bound.
+        """
+        medians = np.nanmedian(self.excess, axis=0)
+        return np.asarray(np.maximum(medians - float(np.percentile(medians, TYPICAL)), 0.0))
+
+    def slowness(self) -> np.ndarray:
+        """How many times longer than a typical worker each worker takes for the same load.
+
+        Its compute's ratio to the pool's (:meth:`speed`), times 1 + its persistent excess
+        over its compute: a worker persistently slower than the pool is taken to be a
+        slower machine, whose extra time grows with the data it is given.
+        """
+        compute = np.nanmedian(np.where(np.isnan(self.compute), np.nan, self.compute), axis=0)
+        compute = np.where(np.isnan(compute), self.median_compute(), compute)
+        extra = self.persistent_excess() / np.maximum(compute, 1e-12)
+        out: np.ndarray = np.maximum(self.speed(), 1.0) * (1.0 + extra)
+        return out
 
 
 def observe(records: Sequence[RoundRecord], n_workers: int) -> Observations:
@@ -245,11 +272,12 @@ def _pareto(values: np.ndarray, censored: np.ndarray) -> DelayFit:
 class ResampledDelay:
     """A straggler model replaying a run's rounds in a seeded random order.
 
-    Round t of the replay is a recorded round drawn with replacement (so the slow workers
-    of the record stay slow, and the delays within a round keep their correlation), each
-    censored value drawn from ``tail``'s law beyond its bound. A worker whose compute was
-    ``speed[w]`` times the pool's median waits ``(speed[w] − 1)·compute_seconds`` more, so
-    its slowness scales with the load a candidate gives it.
+    Round t of the replay is a recorded round drawn with replacement (so the delays within
+    a round keep their correlation), each censored value drawn from ``tail``'s law beyond
+    its bound. A worker's persistent slowness (:meth:`Observations.slowness`) is replayed
+    as a slower machine: its persistent excess is taken out of the recorded delays and it
+    waits ``(slowness − 1)·compute_seconds`` instead, so a candidate that gives it less
+    data pays less for it, and one with the recorded load replays the record as it was.
     """
 
     name: ClassVar[str] = "resampled"
@@ -257,7 +285,8 @@ class ResampledDelay:
     def __init__(self, obs: Observations, tail: DelayFit, *, seed: int) -> None:
         self.obs = obs
         self.tail = tail
-        self.speed = np.maximum(obs.speed(), 1.0)
+        self.slowness = obs.slowness()
+        self.persistent = obs.persistent_excess()
         self.seed = int(seed)
         self._rows: dict[int, np.ndarray] = {}
 
@@ -279,17 +308,20 @@ class ResampledDelay:
                 if self.obs.censored[drawn, w]:
                     value = float(self.tail.tail_beyond(np.array([value]), rng)[0])
                 row[w] = value
+            row = np.maximum(row - self.persistent, 0.0)
             if len(self._rows) > 4:
                 self._rows.clear()
             self._rows[round] = row
         return row
 
     def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
-        extra = (float(self.speed[worker]) - 1.0) * compute_seconds
+        extra = (float(self.slowness[worker]) - 1.0) * compute_seconds
         return float(self._row(round)[worker]) + extra
 
     def delays(
         self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
     ) -> np.ndarray:
-        out: np.ndarray = self._row(round)[workers] + (self.speed[workers] - 1.0) * compute_seconds
+        out: np.ndarray = (
+            self._row(round)[workers] + (self.slowness[workers] - 1.0) * compute_seconds
+        )
         return out

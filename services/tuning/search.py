@@ -11,7 +11,10 @@ The cost model: compute is ``seconds_per_sample`` × rows, calibrated from the s
 (its median compute seconds over the rows a worker held), so the candidates pay for the
 load they give a worker; links cost nothing, because the recorded excess delays already
 hold the source's network time (for messages of the same size: every candidate here
-sends one whole gradient per worker); decode is timed on this machine. Lazy and robust
+sends one whole gradient per worker); decode is timed on this machine. A worker that was
+persistently slower than the pool is replayed as a slower machine
+(:meth:`~codedgd.services.tuning.fit.Observations.slowness`), and ``hetero`` candidates
+give each worker data in proportion to its measured speed. Lazy and robust
 policies and the worker-to-worker topologies are not searched yet (docs/tuning.md).
 """
 
@@ -34,11 +37,20 @@ from codedgd.services.sim.engines import make_simulator
 from codedgd.services.stragglers import StragglerModel
 from codedgd.services.tuning.fit import DelayFit, Observations, ResampledDelay
 
-SEARCHED = ("uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead")
+SEARCHED = ("uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead", "hetero")
+HETEROGENEOUS = 1.25  # slowest / fastest worker beyond which speed-aware loads are tried
 
 
-def candidates(n: int, policies: Sequence[str] = SEARCHED) -> list[Component]:
-    """Every policy × parameters the search tries for ``n`` workers (all valid for n)."""
+def candidates(
+    n: int,
+    policies: Sequence[str] = SEARCHED,
+    speeds: Sequence[float] | np.ndarray | None = None,
+) -> list[Component]:
+    """Every policy × parameters the search tries for ``n`` workers (all valid for n).
+
+    ``hetero`` is tried with ``speeds`` (relative, one per worker) when they differ by
+    more than :data:`HETEROGENEOUS`.
+    """
     unknown = sorted(set(policies) - set(SEARCHED))
     if unknown:
         raise ConfigError(
@@ -60,6 +72,13 @@ def candidates(n: int, policies: Sequence[str] = SEARCHED) -> list[Component]:
             for r in [d for d in divisors(n) if 2 <= d <= 4]:
                 for k in sorted({max(1, n // 4), max(1, n // 2), max(1, 3 * n // 4)}):
                     out.append(Component(name, {"r": r, "K": k}))
+        elif name == "hetero" and speeds is not None and len(speeds) == n:
+            v = np.asarray(speeds, dtype=np.float64)
+            if float(v.max() / v.min()) > HETEROGENEOUS:
+                text = ",".join(f"{x:.3g}" for x in v / v.max())
+                for s in sorted({0, 1, max(1, n // 8)}):
+                    if s < n:
+                        out.append(Component(name, {"s": s, "speeds": text}))
     valid = []
     for c in out:
         try:
@@ -173,7 +192,7 @@ def search(
             bandwidth_bytes_per_second=math.inf,
         )
     outcomes = []
-    for c in candidates(n, policies):
+    for c in candidates(n, policies, speeds=1.0 / obs.slowness()):
         config = source.replace(
             policy=c, rounds=rounds, target_loss=target_loss, eval_every=1, partitions=0
         )

@@ -307,7 +307,7 @@ def test_speed_classes_redraw_and_calm_periods() -> None:
     calm = _make("speed-classes", count=2, factor=5.0, every=50, calm=True)
     assert calm.slow(10).sum() == 2 and calm.slow(60).sum() == 0 and calm.slow(110).sum() == 2
     assert calm.delay(0, 60, 1.0, 1.0) == 0.0
-    with pytest.raises(ConfigError, match="calm alternates.*every > 0"):
+    with pytest.raises(ConfigError, match=r"calm alternates.*every > 0"):
         _make("speed-classes", calm=True)
     with pytest.raises(ConfigError, match="factor must be a finite number >= 1"):
         _make("speed-classes", factor=0.5)
