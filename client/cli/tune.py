@@ -153,9 +153,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if optimal is not None
             else ""
         )
-        print(
-            f"target loss {target:.6g}{why}; up to {rounds} rounds, {args.repeats} replays each"
-        )
+        print(f"target loss {target:.6g}{why}; up to {rounds} rounds, {args.repeats} replays each")
     if args.fit_figure:
         _figure(fit, Path(args.fit_figure))
     bar = _bar(args)

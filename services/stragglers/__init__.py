@@ -139,8 +139,7 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
                 "calm",
                 bool,
                 False,
-                "every other period of `every` rounds has no slow worker (alternating "
-                "intensity)",
+                "every other period of `every` rounds has no slow worker (alternating intensity)",
             ),
         ),
     ),
