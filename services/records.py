@@ -55,6 +55,9 @@ class RoundRecord:
     # Empty when not recorded (older files, the wire's RoundReport).
     response_seconds: Mapping[int, float] = field(default_factory=dict)
     worker_compute_seconds: Mapping[int, float] = field(default_factory=dict)
+    # What the policy changed at the start of this round and why (Policy.round_note; the
+    # auto policy's switches), "" when nothing. Result and records files carry it.
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         # Field by field, not asdict: its deep copy of the timing maps, replaced below
@@ -168,7 +171,9 @@ def read_result_file(
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read result file {path}: {exc}") from None
     except json.JSONDecodeError as exc:
-        if exc.doc.lstrip().startswith("{") and exc.pos >= len(exc.doc.rstrip()):
+        # Cut short: the parser ran off the end, or inside a string that never closes.
+        ends = exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated string")
+        if exc.doc.lstrip().startswith("{") and ends:
             raise ConfigError(
                 f"result file {path} is cut short: its JSON ends unfinished after "
                 f"{len(exc.doc)} characters (a process died writing it, or the copy is "

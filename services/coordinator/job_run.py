@@ -45,8 +45,10 @@ from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.job.trained import trained_model
 from codedgd.services.messages import printable
 from codedgd.services.models.saved import save_model
+from codedgd.services.policies.auto import Auto
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import RecordLog, RoundRecord
+from codedgd.services.sim.lookahead import Lookahead
 from codedgd.services.wire import DEFAULT_CHUNK_BYTES, BufferPool
 
 log = logging.getLogger("codedgd.coordinator")
@@ -248,6 +250,9 @@ class JobRun:
         try:
             self._set_state("assigning")
             prepared = await asyncio.to_thread(prepare, self.config, self.data_dir)
+            if isinstance(prepared.policy, Auto):
+                # auto looks ahead on the simulator, with a cost model fitted to the rounds.
+                prepared.policy.attach(Lookahead(self.config, prepared))
             if self.resume is not None:
                 # What workers must remember (Policy.worker_memory) goes out with their
                 # assignments: the policy's memory first (the descent loads it again).

@@ -141,6 +141,12 @@ class CoordinatorMetrics:
             "Lost workers whose place a newly connected worker took during a job.",
             registry=r,
         )
+        self.policy_switches = Counter(
+            "codedgd_policy_switches_total",
+            "Changes a policy made to itself between rounds (auto: the stop rule K).",
+            ["policy"],
+            registry=r,
+        )
         self.round_restarts = Counter(
             "codedgd_round_restarts_total",
             "Rounds of a ring or tree started again once a lost worker's replacement joined.",

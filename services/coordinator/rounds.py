@@ -130,8 +130,14 @@ class RoundLoop:
             on_round(t)
             self.metrics.round.set(t)
             point = descent.point()
+            if policy.adapts:  # a look-ahead may take a while: off the event loop
+                await asyncio.to_thread(policy.between_rounds, t, point)
             round_start = time.perf_counter()
             out = await self.one_round(t, point, policy)
+            note = policy.round_note()
+            if note:
+                log.info("job %s round %d: %s", self.job_id, t, note)
+                self.metrics.policy_switches.labels(policy.name).inc()
             estimate = out.estimate
             descent.step(estimate.gradient, point)
             round_s = time.perf_counter() - round_start
@@ -171,7 +177,9 @@ class RoundLoop:
                 late_dropped=out.late,
                 response_seconds=out.responses,
                 worker_compute_seconds=out.computes,
+                note=note,
             )
+            policy.observe(record)
             round_hist.observe(round_s)
             wait_hist.observe(out.wait_seconds)
             decode_hist.observe(out.decode_seconds)

@@ -3,6 +3,7 @@
 Use :func:`codedgd.services.policies.registry.create` to build one by the name users type.
 """
 
+from codedgd.services.policies import auto as auto
 from codedgd.services.policies import baselines
 from codedgd.services.policies import comm_efficient as comm_efficient
 from codedgd.services.policies import cyclic as cyclic

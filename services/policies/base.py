@@ -28,6 +28,7 @@ import numpy as np
 from codedgd.services.codes.tree import TreeShape
 from codedgd.services.compute.ring import reduced_segment, segments
 from codedgd.services.errors import ConfigError, PlanError, WorkerFault
+from codedgd.services.records import RoundRecord
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,28 @@ class Policy(ABC):
         wrong result from a right one says anything here (frc's vote); default: none.
         """
         return {}
+
+    # True for a policy that changes itself between rounds (auto): the coordinator then
+    # calls between_rounds() before every round, in a thread (it may take a while).
+    adapts: ClassVar[bool] = False
+
+    def between_rounds(self, t: int, theta: np.ndarray) -> None:  # noqa: B027 - optional hook
+        """Before round t (θ_t given): decide anything slow about it. Only if ``adapts``."""
+
+    def observe(self, record: RoundRecord) -> None:  # noqa: B027 - optional hook
+        """After each round: its record, with when every answering worker's result arrived.
+
+        The coordinator and the simulator call it alike. A policy that adapts to the
+        cluster (``auto``) reads the timings; default: nothing.
+        """
+
+    def round_note(self) -> str:
+        """What the policy changed at the start of this round, and why ("" if nothing).
+
+        Read after :meth:`begin_round`; the coordinator logs it, counts it and writes it
+        into the round's record (``RoundRecord.note``), and so does the simulator.
+        """
+        return ""
 
     def state(self) -> dict[str, Any]:
         """What the policy remembers across rounds, for a checkpoint (arrays copied).

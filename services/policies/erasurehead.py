@@ -9,6 +9,8 @@ unbiased under an exchangeable finishing order. ``scaled=false`` is the authors'
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from codedgd.services.codes.erasurehead import early_stop_count, erasure_probability
@@ -35,7 +37,7 @@ class ErasureHead(GroupSum):
         "1/(1-p) to be unbiased (approximate)"
     )
     exact = False
-    parameters = (
+    parameters: ClassVar[tuple[Param, ...]] = (
         Param("r", int, 2, "group size: workers sharing the same r partitions (r must divide n)"),
         Param("delta", float, 0.5, "stop after K = ceil(delta*n) arrivals (0 < delta <= 1)"),
         Param("K", int, 0, "stop after K arrivals, 1 <= K <= n; overrides delta (0 = use delta)"),

@@ -221,7 +221,10 @@ class Simulator:
         descent.evaluate_start()
         for t in range(cfg.rounds):
             point = descent.point()
+            if prepared.policy.adapts:
+                prepared.policy.between_rounds(t, point)
             out = self._round(t, point, wall, compute_model, theta_bytes)
+            note = prepared.policy.round_note()
             estimate = out.estimate
             assert estimate is not None
             decode_s = cost.decode_seconds if cost.decode_seconds is not None else out.decode
@@ -262,7 +265,9 @@ class Simulator:
                 late_dropped=0,
                 response_seconds=out.responses,
                 worker_compute_seconds=out.computes,
+                note=note,
             )
+            prepared.policy.observe(record)
             records.append(record)
             if on_record is not None:
                 on_record(record)

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from codedgd.services.errors import ConfigError
 from codedgd.services.job import JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
+from codedgd.services.policies.auto import Auto
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import CostModel
 from codedgd.services.sim.engine import RoundCallback, SimulationResult, Simulator
+from codedgd.services.sim.lookahead import Lookahead
 from codedgd.services.sim.vectorized import VectorizedSimulator, not_vectorizable
 
 ENGINES = ("auto", "events", "vectorized")
@@ -30,17 +32,25 @@ def make_simulator(
     per_worker: bool = True,
 ) -> Simulator:
     """The simulator for a job: ``engine`` "events", "vectorized", or "auto" (vectorized
-    whenever :func:`not_vectorizable` has nothing against it)."""
+    whenever :func:`not_vectorizable` has nothing against it). An ``auto`` policy gets its
+    look-ahead (:class:`~codedgd.services.sim.lookahead.Lookahead`) here."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown simulator engine {engine!r}: one of {', '.join(ENGINES)}")
     prepared = prepared if prepared is not None else prepare(config, data_dir)
+    sim: Simulator
     if engine == "events" or (
         engine == "auto" and not_vectorizable(config, prepared, cost or CostModel())
     ):
-        return Simulator(config, cost, data_dir=data_dir, prepared=prepared)
-    return VectorizedSimulator(
-        config, cost, data_dir=data_dir, prepared=prepared, per_worker=per_worker
-    )
+        sim = Simulator(config, cost, data_dir=data_dir, prepared=prepared)
+    else:
+        sim = VectorizedSimulator(
+            config, cost, data_dir=data_dir, prepared=prepared, per_worker=per_worker
+        )
+    policy = prepared.policy
+    if isinstance(policy, Auto) and policy.chooser is None:
+        # The auto policy looks ahead on this simulation's own cost model.
+        policy.attach(Lookahead(config, prepared, sim.cost))
+    return sim
 
 
 def simulate(

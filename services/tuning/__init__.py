@@ -6,7 +6,7 @@ and :func:`search` runs every candidate policy on the simulator with those delay
 (docs/tuning.md). Pure numpy and the simulator: no gRPC, no client.
 """
 
-from codedgd.services.tuning.fit import (
+from codedgd.services.stragglers.fitted import (
     FAMILIES,
     DelayFit,
     Fit,

@@ -3,7 +3,7 @@
 Each candidate (a policy and its parameters valid for the job's n) runs the source job's
 data, model, optimizer and seed on the simulator for up to ``rounds`` rounds, ``repeats``
 times, each with a different seeded replay of the recorded delays
-(:class:`~codedgd.services.tuning.fit.ResampledDelay`). Its predicted time to the target
+(:class:`~codedgd.services.stragglers.fitted.ResampledDelay`). Its predicted time to the target
 loss is the median over the repeats, with the smallest and largest as the interval; a
 repeat that never reaches the target within the rounds counts as not reaching it.
 
@@ -13,7 +13,7 @@ load they give a worker; links cost nothing, because the recorded excess delays 
 hold the source's network time (for messages of the same size: every candidate here
 sends one whole gradient per worker); decode is timed on this machine. A worker that was
 persistently slower than the pool is replayed as a slower machine
-(:meth:`~codedgd.services.tuning.fit.Observations.slowness`), and ``hetero`` candidates
+(:meth:`~codedgd.services.stragglers.fitted.Observations.slowness`), and ``hetero`` candidates
 give each worker data in proportion to its measured speed. Lazy and robust
 policies and the worker-to-worker topologies are not searched yet (docs/tuning.md).
 """
@@ -35,7 +35,7 @@ from codedgd.services.policies.registry import create
 from codedgd.services.sim.cost import CostModel
 from codedgd.services.sim.engines import make_simulator
 from codedgd.services.stragglers import StragglerModel
-from codedgd.services.tuning.fit import DelayFit, Observations, ResampledDelay
+from codedgd.services.stragglers.fitted import DelayFit, Observations, ResampledDelay
 
 SEARCHED = ("uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead", "hetero")
 HETEROGENEOUS = 1.25  # slowest / fastest worker beyond which speed-aware loads are tried

@@ -1,4 +1,7 @@
-"""What a finished run says about its cluster: per-worker speed and the delay distribution.
+"""Delays fitted from a run's records: per-worker speed, the distribution, and its replay.
+
+Used by ``codedgd tune`` (:mod:`codedgd.services.tuning`) and by the ``auto`` policy's
+look-ahead, which refits the live rounds' delays every few rounds.
 
 A result file holds, per round, each answering worker's response seconds (θ_t sent →
 result in) and its own compute seconds. From them:
@@ -92,8 +95,9 @@ class Observations:
         over its compute: a worker persistently slower than the pool is taken to be a
         slower machine, whose extra time grows with the data it is given.
         """
-        compute = np.nanmedian(np.where(np.isnan(self.compute), np.nan, self.compute), axis=0)
-        compute = np.where(np.isnan(compute), self.median_compute(), compute)
+        compute = np.full(self.n_workers, self.median_compute())
+        answered = ~np.isnan(self.compute).all(axis=0)
+        compute[answered] = np.nanmedian(self.compute[:, answered], axis=0)
         extra = self.persistent_excess() / np.maximum(compute, 1e-12)
         out: np.ndarray = np.maximum(self.speed(), 1.0) * (1.0 + extra)
         return out

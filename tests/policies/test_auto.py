@@ -1,0 +1,148 @@
+"""auto: erasurehead's groups with the stop rule chosen online, every switch said."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from codedgd.services.errors import ConfigError, PlanError
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.policies.auto import Auto
+from codedgd.services.policies.registry import create
+from codedgd.services.records import RoundRecord
+from codedgd.services.sim import CostModel, simulate
+
+
+class Scripted:
+    """A chooser that answers from a script: round -> K."""
+
+    def __init__(self, script: dict[int, int]) -> None:
+        self.script = script
+        self.asked: list[tuple[int, int, int]] = []
+
+    def choose(
+        self,
+        t: int,
+        theta: np.ndarray,
+        records: Sequence[RoundRecord],
+        current: int,
+        choices: Sequence[int],
+    ) -> tuple[int, str]:
+        self.asked.append((t, len(records), current))
+        return self.script.get(t, current), "scripted"
+
+
+def _record(t: int) -> RoundRecord:
+    return RoundRecord(
+        round=t, wall_seconds=t + 1.0, round_seconds=1.0, wait_seconds=1.0, decode_seconds=0.0,
+        compute_seconds_max=0.0, loss=1.0, metric=0.5, metric_name="auc", workers_used=(),
+        exact=True, decode_residual=0.0, bytes_up=0, bytes_down=0, uploads=0, computations=0,
+        cancelled=0, late_dropped=0,
+    )  # fmt: skip
+
+
+def _offer_all(policy: Auto, order: list[int], dim: int = 3) -> int:
+    policy.begin_round(0, np.zeros(dim))
+    for i, w in enumerate(order, start=1):
+        if policy.offer(w, np.ones(dim)):
+            return i
+    raise AssertionError("never decodable")
+
+
+def test_it_starts_exact_and_switches_only_when_due_and_told() -> None:
+    policy = create("auto", {"r": 2, "window": 5})
+    assert isinstance(policy, Auto)
+    policy.plan(8, 8)
+    assert policy.choices == (2, 4, 6, 8) and policy.k == 8 and policy.scale == 1.0
+    chooser = Scripted({5: 4, 10: 4, 15: 8})
+    policy.attach(chooser)
+    notes = {}
+    for t in range(20):
+        theta = np.zeros(3)
+        policy.between_rounds(t, theta)
+        policy.begin_round(t, theta)
+        notes[t] = policy.round_note()
+        policy.observe(_record(t))
+    assert [a[0] for a in chooser.asked] == [5, 10, 15]  # every window, with >= 5 records
+    assert all(a[1] == 5 for a in chooser.asked)  # the last window's records
+    assert notes[5] == "auto: K 8 -> 4 (scripted)" and notes[15] == "auto: K 4 -> 8 (scripted)"
+    assert [t for t, n in notes.items() if n] == [5, 15] and policy.switches == 2
+    assert policy.state() == {"k": 8}
+
+
+def test_k_n_is_frc_and_a_smaller_k_is_erasurehead() -> None:
+    auto = create("auto", {"r": 2})
+    assert isinstance(auto, Auto)
+    auto.plan(8, 8)
+    order = [0, 2, 4, 6, 1, 3, 5, 7]  # one of every group after 4 arrivals
+    assert _offer_all(auto, order) == 4  # K = n: done once every group has one, as frc
+    assert auto.decode().exact
+    auto._use(2)
+    assert _offer_all(auto, order) == 2  # K = 2: erasurehead's early stop
+    est = auto.decode()
+    assert not est.exact and auto.scale > 1.0
+    np.testing.assert_allclose(est.gradient, 2 * np.ones(3) * auto.scale)
+
+
+def test_a_checkpoint_keeps_the_k_in_use() -> None:
+    a = create("auto", {})
+    a.plan(8, 8)
+    a._use(4)  # type: ignore[attr-defined]
+    b = create("auto", {})
+    b.plan(8, 8)
+    b.load_state(a.state())
+    assert b.k == 4  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"K=99 is not in 1\.\.n=8"):
+        b.load_state({"k": 99})
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ConfigError, match="window must be >= 5"):
+        create("auto", {"window": 2})
+    with pytest.raises(PlanError, match=r"choices \[9\] are not in 1..n=8"):
+        create("auto", {"choices": "4,9"}).plan(8, 8)
+    with pytest.raises(PlanError, match="give K values"):
+        create("auto", {"choices": "half"}).plan(8, 8)
+    with pytest.raises(PlanError, match="r=3 does not divide n=8"):
+        create("auto", {"r": 3}).plan(8, 8)
+
+
+def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded() -> None:
+    config = JobConfig(
+        workers=8,
+        rounds=60,
+        seed=3,
+        optimizer={"lr": 0.3},
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        policy=Component("auto", {"r": 2, "window": 10}),
+        stragglers=Component(
+            "speed-classes", {"count": 2, "factor": 5.0, "mean": 0.02, "every": 30, "calm": True}
+        ),
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    records = simulate(config, cost).records
+    notes = [(r.round, r.note) for r in records if r.note]
+    assert notes, "the look-ahead never switched"
+    assert all(t % 10 == 0 and note.startswith("auto: K ") for t, note in notes)
+    assert "predicted loss after" in notes[0][1]
+    # The rounds after a switch wait for the new K's arrivals.
+    t, note = notes[0]
+    k = int(note.split("-> ")[1].split(" ")[0])
+    if k < 8:
+        assert records[t].uploads <= max(k, 4)  # K arrivals, or fewer if all groups came
+
+
+def test_choices_without_n_force_the_first_decision() -> None:
+    config = JobConfig(
+        workers=4,
+        rounds=12,
+        seed=1,
+        data=Component("synthetic", {"rows": 400, "dim": 5}),
+        policy=Component("auto", {"r": 2, "window": 5, "choices": "2"}),
+        stragglers=Component("exponential", {"mean": 0.05}),
+    )
+    records = simulate(config, CostModel.ideal()).records
+    assert [r.round for r in records if r.note] == [5]
+    assert all(r.uploads <= 2 for r in records[5:])
