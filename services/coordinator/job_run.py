@@ -250,9 +250,6 @@ class JobRun:
         try:
             self._set_state("assigning")
             prepared = await asyncio.to_thread(prepare, self.config, self.data_dir)
-            if isinstance(prepared.policy, Auto):
-                # auto looks ahead on the simulator, with a cost model fitted to the rounds.
-                prepared.policy.attach(Lookahead(self.config, prepared))
             if self.resume is not None:
                 # What workers must remember (Policy.worker_memory) goes out with their
                 # assignments: the policy's memory first (the descent loads it again).
@@ -413,6 +410,9 @@ class JobRun:
         return text
 
     async def _rounds(self, prepared: Prepared) -> None:
+        if isinstance(prepared.policy, Auto):
+            # auto looks ahead on the simulator, with a cost model fitted to the rounds.
+            prepared.policy.attach(Lookahead(self.config, prepared))
         plane = self._plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
         loop = RoundLoop(
             self.id, self.config, self.places, self.inbox, plane, self.metrics, self.throw_out

@@ -141,6 +141,7 @@ STRAGGLER_MODELS: dict[str, StragglerInfo] = {
                 False,
                 "every other period of `every` rounds has no slow worker (alternating intensity)",
             ),
+            Param("pool", int, -1, "seed of who is slow (< 0: the job seed); waits keep theirs"),
         ),
     ),
     "fail-stop": StragglerInfo(
@@ -206,7 +207,7 @@ def _build_slowdown(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
 
 def _build_speed_classes(o: Mapping[str, Any], seed: int, n: int) -> StragglerModel:
     return SpeedClasses(
-        o["count"], o["factor"], o["mean"], o["every"], o["calm"], seed=seed, n_workers=n
+        o["count"], o["factor"], o["mean"], o["every"], o["calm"], o["pool"], seed=seed, n_workers=n
     )
 
 

@@ -277,7 +277,8 @@ class SpeedClasses:
     (``every = 0``, the default), or afresh every ``every`` rounds (slow machines that
     change identity). With ``calm``, every other period of ``every`` rounds has no slow
     worker at all (straggling whose intensity alternates). ``count < 0`` means half the
-    workers.
+    workers. ``pool`` seeds who is slow apart from the per-round waits (default: the job
+    seed), so two runs can share a cluster's slow machines but not its luck.
     """
 
     name: ClassVar[str] = "speed-classes"
@@ -290,12 +291,18 @@ class SpeedClasses:
         mean: float = 0.0,
         every: int = 0,
         calm: bool = False,
+        pool: int = -1,
         *,
         seed: int,
         n_workers: int,
     ) -> None:
         if isinstance(seed, bool) or int(seed) != seed or seed < 0:
             raise ConfigError(f"the straggler seed must be an integer >= 0, got {seed!r}")
+        if isinstance(pool, bool) or int(pool) != pool:
+            raise ConfigError(
+                f"straggler model {self.name!r}: pool must be an integer seed (< 0: the "
+                f"job's), got {pool!r}"
+            )
         self.n_workers = int(n_workers)
         self.count = self.n_workers // 2 if count < 0 else _check_count(self.name, count, n_workers)
         self.factor = _check_number(self.name, "factor", factor, low=1.0, strict=False)
@@ -313,6 +320,7 @@ class SpeedClasses:
             )
         self.calm = bool(calm)
         self.seed = int(seed)
+        self.pool = int(pool) if pool >= 0 else self.seed  # who is slow: the machines
         self._wait = ExponentialDelay(self.mean, seed=seed, n_workers=n_workers)
         self._slow: tuple[int, np.ndarray] | None = None
 
@@ -324,7 +332,7 @@ class SpeedClasses:
             return cached[1]
         mask = np.zeros(self.n_workers, dtype=bool)
         if not (self.calm and period % 2 == 1):
-            rng = np.random.default_rng([self.seed, STREAM, self.STREAM, period])
+            rng = np.random.default_rng([self.pool, STREAM, self.STREAM, period])
             mask[rng.choice(self.n_workers, size=self.count, replace=False)] = True
         mask.flags.writeable = False
         self._slow = (period, mask)

@@ -340,3 +340,16 @@ def test_a_rounds_delays_at_once_equal_each_workers_delay(name: str, options: di
             for w, c, ld in zip(workers, compute, loads, strict=True)
         ]
         np.testing.assert_array_equal(delays_of(model, workers, r, compute, loads), one_by_one)
+
+
+def test_speed_classes_pool_keeps_the_slow_machines_and_not_the_luck() -> None:
+    one = create_straggler_model(
+        "speed-classes", {"count": 3, "mean": 0.1, "pool": 7}, seed=1, n_workers=N_WORKERS
+    )
+    two = create_straggler_model(
+        "speed-classes", {"count": 3, "mean": 0.1, "pool": 7}, seed=2, n_workers=N_WORKERS
+    )
+    assert np.array_equal(one.slow(0), two.slow(0))  # type: ignore[attr-defined]
+    assert one.delay(0, 0, 0.0, 1.0) != two.delay(0, 0, 0.0, 1.0)
+    own = create_straggler_model("speed-classes", {"count": 3}, seed=7, n_workers=N_WORKERS)
+    assert np.array_equal(own.slow(0), one.slow(0))  # type: ignore[attr-defined]

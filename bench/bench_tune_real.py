@@ -1,0 +1,95 @@
+"""`codedgd tune` on real worker processes: its pick against running every candidate.
+
+For each scenario: a source run of uncoded on n = 8 local worker processes
+(`codedgd run`), `codedgd tune` on its result file, then every candidate the tuner ranked
+run for real on the same job (same seed, data, delays model) to the same target loss.
+Reported: the pick's real time to the target over the best real time (goal <= 1.10), and
+uncoded's over the pick's (goal > 1). Wall-clock times on this shared 2-core machine.
+
+    python -m bench.bench_tune_real                      # two scenarios, ~5 minutes
+    python -m bench.bench_tune_real --scenario few-slow
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SCENARIOS = {
+    "exponential": ["--stragglers", "exponential", "--straggler-opt", "mean=0.1"],
+    "few-slow": [
+        "--stragglers", "speed-classes", "--straggler-opt", "count=1",
+        "--straggler-opt", "factor=5", "--straggler-opt", "mean=0.02",
+    ],
+}  # fmt: skip
+JOB = [
+    "-n", "8", "--seed", "3", "--data-opt", "rows=40000", "--data-opt", "dim=50",
+    "--no-progress",
+]  # fmt: skip
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "codedgd.client.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"codedgd {' '.join(args)}:\n{done.stderr}")
+    return done
+
+
+def time_to(path: Path, target: float) -> float:
+    rounds = json.loads(path.read_text())["rounds"]
+    hit = next((r for r in rounds if r["loss"] is not None and r["loss"] <= target), None)
+    return float(hit["wall_seconds"]) if hit else math.inf
+
+
+def one(scenario: str, tmp: Path, rounds: int) -> dict[str, object]:
+    src = tmp / f"{scenario}-source.json"
+    cli("run", *JOB, *SCENARIOS[scenario], "-r", str(rounds), "--policy", "uncoded", "-o", str(src))
+    tuned = json.loads(cli("tune", str(src), "--json", "--repeats", "3").stdout)
+    target = float(tuned["target_loss"])
+    real: dict[str, float] = {}
+    for cand in tuned["candidates"]:
+        policy = cand["policy"]
+        params = [f"--param={k}={v}" for k, v in policy.items() if k != "name"]
+        out = tmp / f"{scenario}-{cand['label'].replace(' ', '_')}.json"
+        cli(
+            "run", *JOB, *SCENARIOS[scenario], "-r", str(2 * rounds), "--policy", policy["name"],
+            *params, "--target-loss", repr(target), "-o", str(out),
+        )  # fmt: skip
+        real[cand["label"]] = time_to(out, target)
+        print(f"  {scenario} {cand['label']}: predicted {cand['predicted_seconds']}, "
+              f"real {real[cand['label']]:.2f} s", file=sys.stderr, flush=True)
+    pick = tuned["candidates"][0]["label"]
+    best = min(real, key=lambda k: real[k])
+    return {"scenario": scenario, "pick": pick, "pick_real": real[pick], "best": best,
+            "best_real": real[best], "uncoded_real": real["uncoded"], "target": target}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_tune_real", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    p.add_argument("--rounds", type=int, default=40, help="the source run's rounds")
+    args = p.parse_args()
+    print("| scenario (n = 8 processes) | tune's pick | real (s) | best real | best (s) "
+          "| pick / best | uncoded / pick |")
+    print("|---|---|---:|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for scenario in args.scenario or list(SCENARIOS):
+            r = one(scenario, Path(tmp), args.rounds)
+            print(f"| {r['scenario']} | {r['pick']} | {r['pick_real']:.2f} | {r['best']} | "
+                  f"{r['best_real']:.2f} | {r['pick_real'] / r['best_real']:.2f} | "  # type: ignore[operator]
+                  f"{r['uncoded_real'] / r['pick_real']:.2f} |", flush=True)  # type: ignore[operator]
+
+
+if __name__ == "__main__":
+    main()
