@@ -261,3 +261,13 @@ def test_speed_aware_candidates_only_for_a_pool_of_unequal_speeds() -> None:
     mixed = [c for c in candidates(8, speeds=[1, 1, 1, 1, 2, 2, 2, 2]) if c.name == "hetero"]
     assert [c.options["s"] for c in mixed] == [0, 1]
     assert mixed[0].options["speeds"] == "0.5,0.5,0.5,0.5,1,1,1,1"
+
+
+def test_chance_differences_between_workers_are_not_taken_for_slow_machines() -> None:
+    # i.i.d. delays 100x the compute: the workers' medians differ by chance only.
+    rng = np.random.default_rng(5)
+    excess = rng.exponential(0.1, (40, 8))
+    obs = Observations(excess, np.zeros((40, 8), dtype=bool), np.full((40, 8), 0.001))
+    assert np.all(obs.persistent_excess() == 0.0)
+    assert float(obs.slowness().max()) < 1.25
+    assert not [c for c in candidates(8, speeds=1.0 / obs.slowness()) if c.name == "hetero"]

@@ -83,10 +83,18 @@ class Observations:
 
         The part of a worker's delay that is there round after round: a slower machine,
         not bad luck. Censored values count at their bound, so a worker cancelled in most
-        rounds gets a lower bound.
+        rounds gets a lower bound. A difference within three standard errors of a median
+        (from the pooled delays' spread) is taken for chance and counts as 0.
         """
         medians = np.nanmedian(self.excess, axis=0)
-        return np.asarray(np.maximum(medians - float(np.percentile(medians, TYPICAL)), 0.0))
+        above = medians - float(np.percentile(medians, TYPICAL))
+        # Only what chance cannot explain: a median over R rounds of i.i.d. delays of spread
+        # σ varies by about 1.25·σ/√R between workers; three of those is persistent.
+        values = self.excess[~np.isnan(self.excess)]
+        q75, q25 = np.percentile(values, [75, 25])
+        rounds = np.maximum(np.sum(~np.isnan(self.excess), axis=0), 1)
+        chance = 3 * 1.25 * (q75 - q25) / 1.349 / np.sqrt(rounds)
+        return np.asarray(np.where(above > chance, above, 0.0))
 
     def slowness(self) -> np.ndarray:
         """How many times longer than a typical worker each worker takes for the same load.
