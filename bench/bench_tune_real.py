@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 SCENARIOS = {
     "exponential": ["--stragglers", "exponential", "--straggler-opt", "mean=0.1"],
@@ -51,7 +52,7 @@ def time_to(path: Path, target: float) -> float:
     return float(hit["wall_seconds"]) if hit else math.inf
 
 
-def one(scenario: str, tmp: Path, rounds: int) -> dict[str, object]:
+def one(scenario: str, tmp: Path, rounds: int) -> dict[str, Any]:
     src = tmp / f"{scenario}-source.json"
     cli("run", *JOB, *SCENARIOS[scenario], "-r", str(rounds), "--policy", "uncoded", "-o", str(src))
     tuned = json.loads(cli("tune", str(src), "--json", "--repeats", "3").stdout)
@@ -66,29 +67,48 @@ def one(scenario: str, tmp: Path, rounds: int) -> dict[str, object]:
             *params, "--target-loss", repr(target), "-o", str(out),
         )  # fmt: skip
         real[cand["label"]] = time_to(out, target)
-        print(f"  {scenario} {cand['label']}: predicted {cand['predicted_seconds']}, "
-              f"real {real[cand['label']]:.2f} s", file=sys.stderr, flush=True)
+        print(
+            f"  {scenario} {cand['label']}: predicted {cand['predicted_seconds']}, "
+            f"real {real[cand['label']]:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     pick = tuned["candidates"][0]["label"]
     best = min(real, key=lambda k: real[k])
-    return {"scenario": scenario, "pick": pick, "pick_real": real[pick], "best": best,
-            "best_real": real[best], "uncoded_real": real["uncoded"], "target": target}
+    return {
+        "scenario": scenario,
+        "pick": pick,
+        "pick_real": real[pick],
+        "best": best,
+        "best_real": real[best],
+        "uncoded_real": real["uncoded"],
+        "target": target,
+    }
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.bench_tune_real", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_tune_real",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     p.add_argument("--rounds", type=int, default=40, help="the source run's rounds")
     args = p.parse_args()
-    print("| scenario (n = 8 processes) | tune's pick | real (s) | best real | best (s) "
-          "| pick / best | uncoded / pick |")
+    print(
+        "| scenario (n = 8 processes) | tune's pick | real (s) | best real | best (s) "
+        "| pick / best | uncoded / pick |"
+    )
     print("|---|---|---:|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in args.scenario or list(SCENARIOS):
             r = one(scenario, Path(tmp), args.rounds)
-            print(f"| {r['scenario']} | {r['pick']} | {r['pick_real']:.2f} | {r['best']} | "
-                  f"{r['best_real']:.2f} | {r['pick_real'] / r['best_real']:.2f} | "  # type: ignore[operator]
-                  f"{r['uncoded_real'] / r['pick_real']:.2f} |", flush=True)  # type: ignore[operator]
+            print(
+                f"| {r['scenario']} | {r['pick']} | {r['pick_real']:.2f} | {r['best']} | "
+                f"{r['best_real']:.2f} | {r['pick_real'] / r['best_real']:.2f} | "
+                f"{r['uncoded_real'] / r['pick_real']:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
