@@ -33,6 +33,7 @@ from codedgd.services.report.summary import (
     relabel,
     report_dict,
     summarize_runs,
+    time_to_target,
 )
 
 __all__ = [
@@ -91,13 +92,19 @@ def build_report(
     figures: bool = True,
     title: str = "codedgd report",
     mixing: str = "refuse",
+    target_gaps: Sequence[float] = (),
+    data_dir: str | None = None,
 ) -> ReportFiles:
     """Write the figures, ``report.md`` and ``report.json`` into ``out_dir``.
 
     Runs of one problem (same data, model, n, target loss and metric) share a table and
-    figures. Runs of several problems are refused (``mixing="refuse"``, the message names
-    the keys they differ in and the files), reported one problem after the other with the
-    figures in a sub-directory each (``"split"``), or drawn together anyway (``"mix"``).
+    figures. ``target_gaps`` (e.g. 1e-2 and 1e-4): targets within that fraction of the
+    problem's optimal loss F* (:mod:`codedgd.services.job.optimum`, solved once and
+    cached; ``data_dir`` for the real datasets); the first is the table's target, and a
+    second table gives every run's time to each of them. Runs of several problems are
+    refused (``mixing="refuse"``, the message names the keys they differ in and the
+    files), reported one problem after the other with the figures in a sub-directory each
+    (``"split"``), or drawn together anyway (``"mix"``).
     """
     from codedgd.services.report.plots import write_figures
 
@@ -125,7 +132,13 @@ def build_report(
     docs: list[dict[str, Any]] = []
     for i, group in enumerate(groups, 1):
         wanted = _baseline_for(group, runs, baseline) if split else baseline
-        report = summarize_runs(group.runs, target_loss=target_loss, baseline=wanted)
+        gaps = _gap_targets(group, target_gaps, data_dir)
+        report = summarize_runs(
+            group.runs,
+            target_loss=gaps[0][1] if gaps else target_loss,
+            baseline=wanted,
+            target_source=f"within {target_gaps[0]:g} of the optimal loss" if gaps else "",
+        )
         reports.append(report)
         where = out / _slug(i, group) if split else out
         figs: tuple[Path, ...] = ()
@@ -141,13 +154,14 @@ def build_report(
                     write_figures(group.runs, where, target_loss=report.target_loss, title=heading)
                 )
         written.extend(figs)
-        sections.append(_section(i if split else 0, group, report, figs, out))
+        sections.append(_section(i if split else 0, group, report, figs, out, gaps))
         docs.append(
             {
                 "problem": group.problem,
                 "differing": list(group.differing),
                 **({"figures_dir": where.name} if split else {}),
                 **report_dict(report),
+                **({"gap_targets": _gap_dict(group, gaps)} if gaps else {}),
             }
         )
     md = out / "report.md"
@@ -158,7 +172,70 @@ def build_report(
     return ReportFiles(reports[0], md, js, tuple(written), tuple(reports), tuple(groups))
 
 
-def _section(index: int, group: Group, report: Report, figs: Sequence[Path], out: Path) -> str:
+def _gap_targets(
+    group: Group, gaps: Sequence[float], data_dir: str | None
+) -> list[tuple[float, float, float]]:
+    """(gap, target F*(1 + gap), F*) for each gap, F* of the group's problem."""
+    if not gaps:
+        return []
+    if group.differing:
+        raise ConfigError(
+            "--target-gap needs one problem per table: the runs differ in "
+            + ", ".join(group.differing)
+            + " (use --split)"
+        )
+    from codedgd.services.job import JobConfig
+    from codedgd.services.job.optimum import job_optimum
+
+    job = {k: v for k, v in group.runs[0].job.items() if k in _SECTIONS}
+    try:
+        optimum = job_optimum(JobConfig.from_dict(job), data_dir)
+    except ConfigError as exc:
+        raise ConfigError(f"{group.runs[0].path}: cannot solve its optimal loss: {exc}") from None
+    return [(gap, optimum.target(gap), optimum.loss) for gap in gaps]
+
+
+_SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
+
+
+def _gap_dict(group: Group, gaps: Sequence[tuple[float, float, float]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "gap": gap,
+            "target_loss": target,
+            "optimal_loss": optimal,
+            "time_to_target": {r.label: time_to_target(r, target)[0] for r in group.runs},
+            "rounds_to_target": {r.label: time_to_target(r, target)[1] for r in group.runs},
+        }
+        for gap, target, optimal in gaps
+    ]
+
+
+def _gap_table(group: Group, gaps: Sequence[tuple[float, float, float]]) -> str:
+    """Each run's time (rounds) to every target relative to the optimum."""
+    head = "| run | " + " | ".join(f"F ≤ F*(1 + {g:g}) (s, rounds)" for g, _, _ in gaps) + " |"
+    rows = [head, "|---|" + "---|" * len(gaps)]
+    for r in group.runs:
+        cells = []
+        for _, target, _ in gaps:
+            seconds, rounds = time_to_target(r, target)
+            cells.append("not reached" if seconds is None else f"{seconds:.4g} ({rounds})")
+        rows.append(f"| {r.label} | " + " | ".join(cells) + " |")
+    optimal = gaps[0][2]
+    return (
+        f"Time to targets relative to the optimal loss F* = {optimal:.8g} (L-BFGS on the "
+        "full training data, cached):\n\n" + "\n".join(rows) + "\n\n"
+    )
+
+
+def _section(
+    index: int,
+    group: Group,
+    report: Report,
+    figs: Sequence[Path],
+    out: Path,
+    gaps: Sequence[tuple[float, float, float]] = (),
+) -> str:
     if group.differing:
         problem = (
             f"**Mixed problems** (forced with --mix): the runs differ in "
@@ -174,4 +251,8 @@ def _section(index: int, group: Group, report: Report, figs: Sequence[Path], out
         for p in figs
         if p.suffix == ".png"
     )
-    return f"{head}{problem}\n\n{markdown_table(report)}\nResult files:\n\n{sources}\n\n{images}\n"
+    extra = _gap_table(group, gaps) if gaps else ""
+    return (
+        f"{head}{problem}\n\n{markdown_table(report)}\n{extra}Result files:\n\n{sources}\n\n"
+        f"{images}\n"
+    )

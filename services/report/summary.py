@@ -353,9 +353,14 @@ def choose_baseline(runs: Sequence[Run], wanted: str | None) -> Run:
 
 
 def summarize_runs(
-    runs: Sequence[Run], *, target_loss: float | None = None, baseline: str | None = None
+    runs: Sequence[Run],
+    *,
+    target_loss: float | None = None,
+    baseline: str | None = None,
+    target_source: str = "",
 ) -> Report:
     target, source = choose_target(runs, target_loss)
+    source = target_source or source
     base = choose_baseline(runs, baseline)
     base_time, _ = time_to_target(base, target)
     base_mean = float(np.mean([r.round_seconds for r in base.records]))
