@@ -62,7 +62,7 @@ def printable(text: str, limit: int = MAX_TEXT_LENGTH) -> str:
 
 
 def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
-    """A round's record as the RoundReport WatchJob streams (per-worker timings stay home)."""
+    """A round's record as the RoundReport WatchJob streams, per-worker timings included."""
     return pb.RoundReport(
         job_id=job_id,
         round=record.round,
@@ -83,6 +83,9 @@ def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
         computations=record.computations,
         cancelled=record.cancelled,
         late_dropped=record.late_dropped,
+        response_seconds={int(w): float(s) for w, s in record.response_seconds.items()},
+        worker_compute_seconds={int(w): float(s) for w, s in record.worker_compute_seconds.items()},
+        note=record.note,
     )
 
 
@@ -107,6 +110,9 @@ def record_from_pb(m: pb.RoundReport) -> RoundRecord:
         computations=int(m.computations),
         cancelled=int(m.cancelled),
         late_dropped=int(m.late_dropped),
+        response_seconds={int(w): float(s) for w, s in m.response_seconds.items()},
+        worker_compute_seconds={int(w): float(s) for w, s in m.worker_compute_seconds.items()},
+        note=m.note,
     )
 
 

@@ -52,7 +52,7 @@ class RoundRecord:
     # Per-worker timings of the results offered to the policy this round (a delay trace
     # can be made from them, see codedgd.services.sim.trace): worker → seconds from the broadcast
     # of θ_t to the result's arrival, and worker → its reported compute seconds.
-    # Empty when not recorded (older files, the wire's RoundReport).
+    # Empty when not recorded (files of older versions).
     response_seconds: Mapping[int, float] = field(default_factory=dict)
     worker_compute_seconds: Mapping[int, float] = field(default_factory=dict)
     # What the policy changed at the start of this round and why (Policy.round_note; the

@@ -9,7 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from codedgd.client.cli.options import EPILOG
+from codedgd.client.cli.options import (
+    DEFAULT_ADDRESS,
+    EPILOG,
+    add_security_arguments,
+    security_from_args,
+)
 from codedgd.services.errors import ConfigError
 
 
@@ -31,12 +36,36 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "print the candidates ranked by predicted time to the target loss (median and "
             "range over --repeats replays), with their compute, upload and data "
             "replication. --write saves the winner as a job file for `codedgd run --config`. "
-            "See docs/tuning.md."
+            "With --probe JOB.toml it first runs a short uncoded job on the live pool "
+            "(--coordinator) and tunes on that. See docs/tuning.md."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("results", metavar="RESULTS.json", help="the finished run's result file")
+    p.add_argument(
+        "results",
+        nargs="?",
+        metavar="RESULTS.json",
+        help="the finished run's result file (or --probe: run a short job first)",
+    )
+    probe = p.add_argument_group("probing the live pool instead (a short uncoded job)")
+    probe.add_argument(
+        "--probe",
+        metavar="JOB.toml",
+        help="submit this job to --coordinator as uncoded for --probe-rounds rounds, save "
+        "its rounds (per-worker timings included) to --probe-output, and tune on them",
+    )
+    probe.add_argument(
+        "--probe-rounds", type=int, default=30, help="rounds of the probe job (default 30)"
+    )
+    probe.add_argument(
+        "--probe-output",
+        metavar="PROBE.json",
+        default="probe.json",
+        help="where the probe's result file goes (default ./probe.json)",
+    )
+    probe.add_argument("--coordinator", default=DEFAULT_ADDRESS, help="host:port")
+    add_security_arguments(p, server=False)
     p.add_argument(
         "--trace",
         metavar="TRACE.json",
@@ -106,6 +135,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.repeats < 1 or (args.rounds is not None and args.rounds < 1) or args.top < 1:
         raise ConfigError("--repeats, --rounds and --top must be >= 1")
+    if (args.results is None) == (args.probe is None):
+        raise ConfigError("give a result file, or --probe JOB.toml (not both)")
+    if args.probe is not None:
+        args.results = _probe(args)
     job_doc, _, records = read_result_file(args.results)
     try:
         source = JobConfig.from_dict({k: v for k, v in job_doc.items() if k in _SECTIONS})
@@ -207,6 +240,44 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 _SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
+
+
+def _probe(args: argparse.Namespace) -> str:
+    """Run the probe job on the live pool; the path of its result file."""
+    import asyncio
+
+    from codedgd.client.api import Client
+    from codedgd.services.job import Component, JobConfig
+    from codedgd.services.records import write_results
+
+    if args.probe_rounds < 5:
+        raise ConfigError("--probe-rounds must be >= 5 (fitting needs five timed rounds)")
+    config = JobConfig.from_toml(args.probe).replace(
+        policy=Component("uncoded", {}), rounds=args.probe_rounds, target_loss=None
+    )
+    out = Path(args.probe_output)
+
+    async def main() -> None:
+        async with Client(args.coordinator, security_from_args(args)) as client:
+            status = await client.status()
+            if status.workers_connected < config.workers:
+                raise ConfigError(
+                    f"the pool at {args.coordinator} has {status.workers_connected} worker(s) "
+                    f"connected but the job needs {config.workers}: start more workers, or "
+                    "probe with a job of fewer"
+                )
+            job_id = await client.submit(config)
+            print(
+                f"probe job {job_id}: {config.workers} workers, {config.rounds} rounds, uncoded",
+                file=sys.stderr,
+            )
+            records = [record async for record in client.watch(job_id)]
+        doc = {**config.to_dict(), "job_id": job_id}
+        write_results(out, doc, records, {"rounds": len(records)})
+
+    asyncio.run(main())
+    print(f"probe results: {out}", file=sys.stderr)
+    return str(out)
 
 
 def _toml_ready(doc: dict[str, Any]) -> dict[str, Any]:

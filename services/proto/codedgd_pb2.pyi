@@ -316,7 +316,21 @@ class JobRef(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class RoundReport(_message.Message):
-    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual")
+    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note")
+    class ResponseSecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    class WorkerComputeSecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -336,6 +350,9 @@ class RoundReport(_message.Message):
     UPLOADS_FIELD_NUMBER: _ClassVar[int]
     COMPUTATIONS_FIELD_NUMBER: _ClassVar[int]
     DECODE_RESIDUAL_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     wall_seconds: float
@@ -355,7 +372,10 @@ class RoundReport(_message.Message):
     uploads: int
     computations: int
     decode_residual: float
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ...) -> None: ...
+    response_seconds: _containers.ScalarMap[int, float]
+    worker_compute_seconds: _containers.ScalarMap[int, float]
+    note: str
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "state", "round", "rounds", "error", "loss", "metric", "metric_name", "detail", "workers_missing", "workers_needed", "uploads", "computations")

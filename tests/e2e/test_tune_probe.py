@@ -1,0 +1,91 @@
+"""`codedgd tune --probe` on a live pool: a short job, its timings over WatchJob, a ranking."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import CoordinatorProcess, WorkerProcesses
+
+JOB = """
+[job]
+workers = {n}
+rounds = 100
+seed = 1
+[data]
+name = "synthetic"
+rows = 600
+dim = 6
+[policy]
+name = "frc"
+s = 1
+[stragglers]
+name = "exponential"
+mean = 0.02
+"""
+
+
+def _tune(tmp: Path, coordinator: str, n: int) -> subprocess.CompletedProcess[str]:
+    (tmp / f"job{n}.toml").write_text(JOB.format(n=n))
+    return subprocess.run(
+        [
+            sys.executable, "-m", "codedgd.client.cli", "tune", "--probe", f"job{n}.toml",
+            "--probe-rounds", "8", "--coordinator", coordinator, "--repeats", "1", "--json",
+            "--policy", "uncoded", "--policy", "frc", "--write", "best.toml",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp,
+        timeout=300,
+        env={"CODEDGD_CACHE_DIR": str(tmp / "cache"), **__import__("os").environ},
+    )  # fmt: skip
+
+
+def _wait_connected(coordinator: CoordinatorProcess, n: int) -> None:
+    deadline = time.monotonic() + 120
+    url = f"http://127.0.0.1:{coordinator.metrics}/metrics"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            text = ""
+        line = next(
+            (x for x in text.splitlines() if x.startswith("codedgd_workers_connected ")), ""
+        )
+        if line and float(line.split()[1]) >= n:
+            return
+        assert time.monotonic() < deadline, "the workers did not connect"
+        time.sleep(0.1)
+
+
+def test_a_probe_job_is_tuned_on_and_a_pool_too_small_is_refused(
+    tmp_path: Path, worker_processes: WorkerProcesses
+) -> None:
+    coordinator = CoordinatorProcess()
+    try:
+        coordinator.start()
+        worker_processes.start(coordinator.port, 4)
+        _wait_connected(coordinator, 4)
+        done = _tune(tmp_path, coordinator.target, 4)
+        assert done.returncode == 0, done.stderr
+        # The probe ran as uncoded; its rounds came over WatchJob with per-worker timings.
+        probe = json.loads((tmp_path / "probe.json").read_text())
+        assert probe["job"]["policy"]["name"] == "uncoded" and len(probe["rounds"]) == 8
+        assert all(len(r["response_seconds"]) == 4 for r in probe["rounds"])
+        assert all(len(r["worker_compute_seconds"]) == 4 for r in probe["rounds"])
+        labels = [c["label"] for c in json.loads(done.stdout)["candidates"]]
+        assert set(labels) == {"uncoded", "frc s=1"}
+        assert (tmp_path / "best.toml").is_file()
+        small = _tune(tmp_path, coordinator.target, 6)
+        assert small.returncode == 2
+        assert "has 4 worker(s) connected but the job needs 6" in small.stderr
+        assert "Traceback" not in small.stderr
+    finally:
+        if coordinator.proc is not None:
+            coordinator.proc.kill()
+            coordinator.proc.wait(timeout=30)
