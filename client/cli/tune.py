@@ -166,8 +166,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not math.isfinite(target):
         raise ConfigError(f"--target-loss must be a finite number, got {target!r}")
     rounds = args.rounds or 2 * max(len(records), 1)
-    speed = obs.speed()
-    slow = [(w, float(speed[w])) for w in np.argsort(-speed) if speed[w] >= 1.5]
+    slowness = obs.slowness()  # compute and persistent delay: what the replay models
+    slow = [(w, float(slowness[w])) for w in np.argsort(-slowness) if slowness[w] >= 1.5]
     if not args.json:
         n_values, n_cens = fit.values.size, int(fit.censored.sum())
         print(
@@ -178,8 +178,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(f"  {'best fit ' if i == 0 and not f.why_not else 'also     '}{f.describe()}")
         shown = ", ".join(f"worker {w} {s:.1f}x" for w, s in slow[:8]) or "none"
         print(
-            f"compute: median {obs.median_compute():.4g} s a round; slower than 1.5x "
-            f"the median: {shown}"
+            f"compute: median {obs.median_compute():.4g} s a round; workers 1.5x or more "
+            f"slower than the typical one (compute and persistent delay): {shown}"
         )
         why = (
             f" (within {args.target_gap:g} of the optimum F* = {optimal.loss:.6g})"
@@ -211,7 +211,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "optimal_loss": optimal.loss if optimal is not None else None,
             "rounds": rounds,
             "fits": [f.to_dict() for f in fit.fits],
-            "speed": [float(s) for s in speed],
+            "slowness": [float(s) for s in slowness],
             "candidates": [o.to_dict() for o in outcomes],
         }
         print(json.dumps(doc, indent=1, allow_nan=False))

@@ -183,6 +183,9 @@ def test_ctrl_c_and_sigterm_keep_the_rounds_done_so_far(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As in a terminal: a suite started in the background by a non-interactive shell
+        # (nohup ... &) passes SIGINT on ignored, and Python then never sees the Ctrl-C.
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 120
@@ -199,6 +202,10 @@ def test_ctrl_c_and_sigterm_keep_the_rounds_done_so_far(
     assert len(doc["rounds"]) >= 3 and doc["summary"]["error"] == error
     assert len(doc["job"]["job_id"]) == 12  # the coordinator's id of the job
     assert [r["round"] for r in doc["rounds"]] == list(range(len(doc["rounds"])))
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _round_gauge(port: int) -> float:
