@@ -11,7 +11,8 @@ from codedgd.services.records import RoundRecord
 
 
 class Progress:
-    """round / rounds, loss, held-out metric and round time, on stderr."""
+    """round / rounds, loss, held-out metric and round time, on stderr; a round whose
+    policy changed itself (``RoundRecord.note``) gets a line above the bar."""
 
     def __init__(self, rounds: int, *, enabled: bool = True) -> None:
         self._bar = tqdm(
@@ -31,6 +32,8 @@ class Progress:
         self._bar.set_description_str(text)
 
     def update(self, record: RoundRecord) -> None:
+        if record.note:  # what the policy changed (auto's switches): a line of its own
+            tqdm.write(f"round {record.round}: {record.note}", file=sys.stderr)
         if not math.isnan(record.loss):
             self._loss = record.loss
         if not math.isnan(record.metric):

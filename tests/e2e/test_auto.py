@@ -18,7 +18,7 @@ def test_auto_switches_on_a_real_cluster_and_says_so(tmp_path: Path) -> None:
             "--data-opt", "rows=400", "--data-opt", "dim=5",
             "--policy", "auto", "--param", "window=5", "--param", "choices=2",
             "--stragglers", "exponential", "--straggler-opt", "mean=0.02",
-            "--no-progress", "-v", "-o", str(out),
+            "--no-progress", "-o", str(out),
         ],
         capture_output=True,
         text=True,
@@ -32,4 +32,5 @@ def test_auto_switches_on_a_real_cluster_and_says_so(tmp_path: Path) -> None:
     assert notes[0][1].startswith("auto: K 4 -> 2 (predicted loss after")
     # From round 5 on the rounds stop at the 2nd arrival (or once both groups came).
     assert all(r["uploads"] <= 2 for r in rounds[5:] if r["cancelled"] > 0)
-    assert "auto: K 4 -> 2" in done.stderr  # the coordinator's log, at INFO
+    # Said on the terminal, above the progress bar (even without one, and without -v).
+    assert "round 5: auto: K 4 -> 2 (predicted loss after" in done.stderr
