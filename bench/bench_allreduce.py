@@ -79,8 +79,21 @@ def gloo_seconds(n: int, dim: int, reps: int) -> float:
     return float(out.strip())
 
 
-async def codedgd_seconds(policy: str, n: int, dim: int, rounds: int) -> float:
-    server = await CoordinatorServer.start("127.0.0.1:0", assign_timeout=120)
+async def codedgd_seconds(
+    policy: str,
+    n: int,
+    dim: int,
+    rounds: int,
+    *,
+    params: dict[str, int] | None = None,
+    chunk_bytes: int | None = None,
+) -> float:
+    """Median round seconds of ``policy`` (with ``params``) at n workers, ℓ = ``dim``,
+    coordinator and workers cutting chunks of ``chunk_bytes`` (None: the default)."""
+    server = await CoordinatorServer.start(
+        "127.0.0.1:0", assign_timeout=120, chunk_bytes=chunk_bytes
+    )
+    chunking = ("--chunk-bytes", str(chunk_bytes)) if chunk_bytes is not None else ()
     procs = [
         subprocess.Popen(
             [
@@ -93,6 +106,7 @@ async def codedgd_seconds(policy: str, n: int, dim: int, rounds: int) -> float:
                 "--no-reconnect",
                 "--peer-listen",
                 "127.0.0.1:0",
+                *chunking,
             ],
             env=ENV,
             cwd=ROOT,
@@ -103,7 +117,9 @@ async def codedgd_seconds(policy: str, n: int, dim: int, rounds: int) -> float:
     ]
     try:
         warmup = 3
-        config = transport_job(n, dim, warmup + rounds).replace(policy=Component(policy))
+        config = transport_job(n, dim, warmup + rounds).replace(
+            policy=Component(policy, dict(params or {}))
+        )
         job = server.service.submit(config)
         while not job.finished:
             await job.wait_change()

@@ -23,6 +23,11 @@ class WireError(CodedGDError):
     """A message on the wire has the wrong shape, dtype, round or size."""
 
 
+class NotInJob(WireError):
+    """A peer pushed into a job this worker is not (or no longer) in: not the sender's
+    data at fault (the peer server answers FAILED_PRECONDITION, not INVALID_ARGUMENT)."""
+
+
 class NonFiniteError(WireError):
     """A tensor holds NaN or inf where numbers belong: the sender is at fault."""
 

@@ -86,6 +86,9 @@ def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
         response_seconds={int(w): float(s) for w, s in record.response_seconds.items()},
         worker_compute_seconds={int(w): float(s) for w, s in record.worker_compute_seconds.items()},
         note=record.note,
+        excluded={int(w): why for w, why in record.excluded.items()},
+        attempts=record.attempts,
+        restarts=list(record.restarts),
     )
 
 
@@ -113,6 +116,9 @@ def record_from_pb(m: pb.RoundReport) -> RoundRecord:
         response_seconds={int(w): float(s) for w, s in m.response_seconds.items()},
         worker_compute_seconds={int(w): float(s) for w, s in m.worker_compute_seconds.items()},
         note=m.note,
+        excluded={int(w): str(why) for w, why in m.excluded.items()},
+        attempts=int(m.attempts) or 1,
+        restarts=tuple(m.restarts),
     )
 
 

@@ -58,6 +58,13 @@ class RoundRecord:
     # What the policy changed at the start of this round and why (Policy.round_note; the
     # auto policy's switches), "" when nothing. Result and records files carry it.
     note: str = ""
+    # Every worker of the plan whose message is not in the estimate, with why (cancelled,
+    # lost, silent, left out by its tree parent, ...); empty when all are in.
+    excluded: Mapping[int, str] = field(default_factory=dict)
+    # Times the round was started (a ring or tree re-forms after a lost worker and starts
+    # the round again), and why each earlier attempt was abandoned.
+    attempts: int = 1
+    restarts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         # Field by field, not asdict: its deep copy of the timing maps, replaced below
@@ -67,6 +74,8 @@ class RoundRecord:
         for key in _TIMING_MAPS:
             # JSON object keys are strings; from_dict turns them back into worker indices.
             d[key] = {str(w): float(s) for w, s in getattr(self, key).items()}
+        d["excluded"] = {str(w): str(why) for w, why in self.excluded.items()}
+        d["restarts"] = list(self.restarts)
         for key in ("loss", "metric"):
             if isinstance(d[key], float) and math.isnan(d[key]):
                 d[key] = None
@@ -87,6 +96,15 @@ class RoundRecord:
             if isinstance(raw, str):  # a CSV cell holds the JSON object
                 raw = json.loads(raw) if raw.strip() else {}
             values[key] = {int(w): _float(s) for w, s in dict(raw).items()}
+        excluded = values.get("excluded") or {}
+        if isinstance(excluded, str):
+            excluded = json.loads(excluded) if excluded.strip() else {}
+        values["excluded"] = {int(w): str(why) for w, why in dict(excluded).items()}
+        restarts = values.get("restarts") or ()
+        if isinstance(restarts, str):
+            restarts = json.loads(restarts) if restarts.strip() else ()
+        values["restarts"] = tuple(str(r) for r in restarts)
+        values["attempts"] = int(values.get("attempts") or 1)
         return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
 
 
@@ -142,7 +160,7 @@ def _write_csv(path: Path, records: Iterable[RoundRecord]) -> None:
         for r in records:
             row = r.to_dict()
             row["workers_used"] = " ".join(str(w) for w in r.workers_used)
-            for key in _TIMING_MAPS:
+            for key in (*_TIMING_MAPS, "excluded", "restarts"):
                 row[key] = json.dumps(row[key], separators=(",", ":")) if row[key] else ""
             writer.writerow(row)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import Message
 
-from codedgd.services.errors import NonFiniteError, WireError
+from codedgd.services.errors import ConfigError, NonFiniteError, WireError
 from codedgd.services.framing import ALIGN, Path, field_path, serialize
 from codedgd.services.proto import codedgd_pb2 as pb
 
@@ -24,6 +24,9 @@ from codedgd.services.proto import codedgd_pb2 as pb
 # that never raised that limit still reads every message (64 KiB is left for the envelope).
 GRPC_DEFAULT_MAX_RECEIVE = 4 * 1024 * 1024
 DEFAULT_CHUNK_BYTES = GRPC_DEFAULT_MAX_RECEIVE - 64 * 1024
+# The smallest chunk a sender may be set to cut (--chunk-bytes): below it the per-message
+# cost swamps the bytes (bench/bench_chunks.py measures where).
+MIN_CHUNK_BYTES = 4096
 # Both ends set these explicitly: a chunk plus framing always fits, with room for a
 # foreign sender that cuts chunks up to 4 MiB and a large envelope. Kept small so one
 # message (which gRPC buffers whole before a handler sees it) costs a server little.
@@ -39,6 +42,18 @@ WORKER_TENSOR_PATHS = (RESULT_DATA,)
 COORDINATOR_TENSOR_PATHS = (THETA_DATA, PARTITION_DATA)
 PEER_TENSOR_PATHS = (PEER_DATA,)
 PAD_FIELD = pb.TensorChunk.DESCRIPTOR.fields_by_name["pad"].number
+
+
+def check_chunk_bytes(value: int) -> None:
+    """Refuse a chunk size (``--chunk-bytes``) outside what every receiver reads."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"--chunk-bytes must be a whole number of bytes, got {value!r}")
+    if not MIN_CHUNK_BYTES <= value <= DEFAULT_CHUNK_BYTES:
+        raise ConfigError(
+            f"--chunk-bytes {value}: a chunk must be {MIN_CHUNK_BYTES:,} to "
+            f"{DEFAULT_CHUNK_BYTES:,} bytes (the largest keeps a chunk and its envelope "
+            "under gRPC's default 4 MiB message limit)"
+        )
 
 
 def framed(envelope: Message, path: Path, data: bytes | memoryview) -> bytes:

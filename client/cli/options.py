@@ -132,6 +132,21 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         "for a lost worker's replacement, --replace-timeout applies instead)",
     )
     g.add_argument(
+        "--peer-deadline-factor",
+        type=float,
+        metavar="F",
+        help="ring and tree jobs: a worker reports a peer silent once it has waited for the "
+        "peer's data F times the longest of the last 20 rounds (default 10), and the "
+        "coordinator throws out the workers at the root of such waits",
+    )
+    g.add_argument(
+        "--peer-deadline-min",
+        type=float,
+        metavar="SEC",
+        help="the shortest such wait, in seconds (default 5: a busy machine or a newcomer's "
+        "first round can stall that long without being silent)",
+    )
+    g.add_argument(
         "--replace-timeout",
         type=float,
         help="seconds a round that lost a worker it cannot do without waits for a new "
@@ -250,6 +265,8 @@ def job_from_args(args: argparse.Namespace) -> JobConfig:
         ("eval_every", "eval_every"),
         ("round_timeout", "round_timeout"),
         ("replace_timeout", "replace_timeout"),
+        ("peer_deadline_factor", "peer_deadline_factor"),
+        ("peer_deadline_min", "peer_deadline_min"),
         ("spares", "spares"),
         ("init_from", "init_from"),
         ("max_norm_ratio", "max_norm_ratio"),

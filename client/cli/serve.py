@@ -72,6 +72,7 @@ def add_parsers(sub: Any) -> None:
         "(the job's records.jsonl under --state-dir, else a temporary directory removed "
         "at shutdown) and are read back for watch (default 1000)",
     )
+    _add_chunk_argument(p, "θ")
     p.add_argument(
         "--run-default-job",
         action="store_true",
@@ -130,8 +131,28 @@ def add_parsers(sub: Any) -> None:
         "scale:F (times F), sign (negated) or noise:S (plus N(0, S^2) per coordinate); "
         "star jobs only. Never for training.",
     )
+    _add_chunk_argument(p, "its results and peer pushes")
+    p.add_argument(
+        "--peer-fault",
+        metavar="KIND:ROUND",
+        help="TEST INSTRUMENT: misbehave towards this worker's peers in ring and tree jobs "
+        "from round ROUND on, to try their defences: silent (send them nothing while "
+        "staying connected: a hung peer) or shape (push tensors one value short). Never "
+        "for training.",
+    )
     add_security_arguments(p, server=False)
     p.set_defaults(func=cmd_worker)
+
+
+def _add_chunk_argument(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--chunk-bytes",
+        type=int,
+        metavar="N",
+        help=f"cut {what} into messages of at most N bytes (4096 to 4128768, the default: "
+        "a chunk and its envelope stay under gRPC's default 4 MiB limit; "
+        "bench/bench_chunks.py measures the choice)",
+    )
 
 
 def _add_metrics_arguments(p: argparse.ArgumentParser) -> None:
@@ -230,6 +251,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             worker_timeout=args.worker_timeout,
             records_in_memory=args.records_in_memory,
+            chunk_bytes=args.chunk_bytes,
         )
         kept = server.service.jobs
         resuming = [j.id for j in kept.values() if not j.finished]
@@ -260,6 +282,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from codedgd.services.worker.agent import WorkerAgent, WorkerOptions
     from codedgd.services.worker.corrupt import Corruption
+    from codedgd.services.worker.peer_faults import PeerFault
 
     options = WorkerOptions(
         coordinator=args.coordinator,
@@ -270,6 +293,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         peer_address=args.peer_address,
         peer_tls_server_name=args.peer_tls_server_name,
         corrupt=Corruption.parse(args.corrupt) if args.corrupt else None,
+        peer_fault=PeerFault.parse(args.peer_fault) if args.peer_fault else None,
+        **({"chunk_bytes": args.chunk_bytes} if args.chunk_bytes is not None else {}),
         **({"name": args.name} if args.name else {}),
     )
     metrics_security = _metrics_security(args)

@@ -41,6 +41,7 @@ class DataPlane(Protocol):
 
     name: str
     restarts: bool  # a replacement the round waits for restarts it (a new attempt)
+    peered: bool  # workers wait for each other's data (and report silent peers)
 
     def send_theta(
         self,
@@ -49,8 +50,10 @@ class DataPlane(Protocol):
         params: Mapping[str, float],
         workers: Sequence[int],
         attempt: int = 0,
+        deadline: float = 0.0,
     ) -> int:
-        """Start round t: θ_t (with the policy's ``params``) to ``workers``; bytes sent."""
+        """Start round t: θ_t (with the policy's ``params``) to ``workers``; bytes sent.
+        ``deadline``: how long workers wait for a peer before reporting it silent."""
         ...
 
     def send_theta_to(self, worker: int) -> int:
@@ -80,6 +83,14 @@ class DataPlane(Protocol):
         """The workers ``worker`` exchanges messages with (whose failure it may report)."""
         ...
 
+    def left_out(self, worker: int, used: set[int]) -> str:
+        """Why ``worker``, not a reporter, is not among the ``used`` (in words)."""
+        ...
+
+    def theta_source(self, worker: int) -> int:
+        """Who passes θ_t to ``worker``: a worker's index, or −1 for the coordinator."""
+        ...
+
 
 class StarPlane:
     """Coordinator ↔ each worker: θ_t out to every contacted worker, each result back.
@@ -91,6 +102,7 @@ class StarPlane:
 
     name = "star"
     restarts = False
+    peered = False
 
     def __init__(self, job_id: str, places: Places, chunk_bytes: int, plan: Plan) -> None:
         self.job_id = job_id
@@ -102,6 +114,12 @@ class StarPlane:
     def peers(self, worker: int) -> set[int]:
         return set()  # workers of a star talk to the coordinator only
 
+    def left_out(self, worker: int, used: set[int]) -> str:
+        return "not asked to compute this round"  # every worker of a star is a reporter
+
+    def theta_source(self, worker: int) -> int:
+        return -1
+
     def send_theta(
         self,
         t: int,
@@ -109,6 +127,7 @@ class StarPlane:
         params: Mapping[str, float],
         workers: Sequence[int],
         attempt: int = 0,
+        deadline: float = 0.0,
     ) -> int:
         frames = theta_frames(self.job_id, t, point, params, self.chunk_bytes, attempt=attempt)
         self._frames = frames
@@ -145,6 +164,7 @@ class RingPlane:
 
     name = "ring"
     restarts = True
+    peered = True
 
     def __init__(self, job_id: str, places: Places, chunk_bytes: int, plan: Plan) -> None:
         self.job_id = job_id
@@ -155,6 +175,12 @@ class RingPlane:
     def peers(self, worker: int) -> set[int]:
         return {(worker - 1) % self.n, (worker + 1) % self.n} - {worker}
 
+    def left_out(self, worker: int, used: set[int]) -> str:
+        return "not asked to compute this round"  # every member of a ring is a reporter
+
+    def theta_source(self, worker: int) -> int:
+        return -1  # every member gets its segment of θ_t from the coordinator
+
     def send_theta(
         self,
         t: int,
@@ -162,6 +188,7 @@ class RingPlane:
         params: Mapping[str, float],
         workers: Sequence[int],
         attempt: int = 0,
+        deadline: float = 0.0,
     ) -> int:
         bounds = segments(int(point.shape[0]), self.n)
         sent = 0
@@ -175,6 +202,7 @@ class RingPlane:
                 self.chunk_bytes,
                 attempt=attempt,
                 segment=(w, self.n),
+                deadline=deadline,
             )
             for frame in frames:
                 self.places[w].send(frame)
@@ -204,6 +232,7 @@ class TreePlane:
 
     name = "tree"
     restarts = True
+    peered = True
 
     def __init__(self, job_id: str, places: Places, chunk_bytes: int, plan: Plan) -> None:
         assert plan.topology.tree is not None
@@ -220,8 +249,11 @@ class TreePlane:
         params: Mapping[str, float],
         workers: Sequence[int],
         attempt: int = 0,
+        deadline: float = 0.0,
     ) -> int:
-        frames = theta_frames(self.job_id, t, point, params, self.chunk_bytes, attempt=attempt)
+        frames = theta_frames(
+            self.job_id, t, point, params, self.chunk_bytes, attempt=attempt, deadline=deadline
+        )
         for w in workers:
             for frame in frames:
                 self.places[w].send(frame)
@@ -233,6 +265,18 @@ class TreePlane:
     def peers(self, worker: int) -> set[int]:
         parent = self.tree.parent(worker)
         return set(self.tree.children(worker)) | ({parent} if parent >= 0 else set())
+
+    def left_out(self, worker: int, used: set[int]) -> str:
+        parent = self.tree.parent(worker)
+        if parent in used:
+            return (
+                f"left out by worker {parent}: slower than the "
+                f"{self.tree.fanout - self.tree.s} siblings it decoded"
+            )
+        return f"below worker {parent}, which the round did without"
+
+    def theta_source(self, worker: int) -> int:
+        return self.tree.parent(worker)
 
     def reporters(self, workers: Sequence[int]) -> set[int]:
         return set(self.tree.children(-1)) & set(workers)
@@ -278,9 +322,10 @@ def theta_frames(
     *,
     attempt: int = 0,
     segment: tuple[int, int] | None = None,
+    deadline: float = 0.0,
 ) -> list[bytes]:
     """θ_t (or ``segment`` = (q, n): θ_t's segment q of n) as serialized ``RoundStart``
-    frames, one per chunk (``params`` in the first)."""
+    frames, one per chunk (``params`` and the peer ``deadline`` in the first)."""
     frames = []
     for c in chunks("theta", point, chunk_bytes):
         message = pb.CoordinatorMessage()
@@ -292,6 +337,7 @@ def theta_frames(
             start.segment, start.segments = segment
         if c.index == 0:
             start.params.update(params)
+            start.peer_deadline_seconds = deadline
         c.fill(start.theta, with_data=False)
         frames.append(framed(message, THETA_DATA, c.data))
     return frames

@@ -84,6 +84,7 @@ class JobRun:
     metrics: CoordinatorMetrics
     data_dir: str | None = None
     assign_timeout: float = 120.0
+    heartbeat_seconds: float = 5.0  # how often its workers heartbeat (and report progress)
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     state: str = "queued"
     error: str = ""
@@ -105,6 +106,7 @@ class JobRun:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _descent: Descent | None = None
     _plane: DataPlane | None = None  # how the running job's rounds travel
+    _loop: RoundLoop | None = None  # the running job's rounds
     # What the job waits for, in words ("": nothing), and while it waits for idle
     # workers to start, how many more it needs (see JobStatus in the .proto).
     detail: str = ""
@@ -172,6 +174,15 @@ class JobRun:
         self.lose(session, f"sent a result it could not use: {reason}")
         session.close()
 
+    def release_silent(self, index: int, reason: str) -> None:
+        """The holder of place ``index`` is a silent peer (:mod:`.silence`): it loses its
+        place, which a newcomer can take, and is released (JobEnd); this job does not
+        take it back."""
+        session = self.places[index]
+        log.warning("job %s: releasing %s: %s", self.id, session.label, reason)
+        self.lose(session, reason)
+        self.places.detach(session, f"lost: {reason}")
+
     def peer_failure(self, session: WorkerSession, failure: pb.PeerFailure) -> None:
         """A worker of this job could not reach (or hear) one of its peers: that peer is
         lost to the job (a replacement takes its place, or the round fails naming it)."""
@@ -193,6 +204,26 @@ class JobRun:
             return
         target = self.places[peer]
         reason = printable(failure.reason)
+        if failure.silent:  # the round loop weighs who waits for whom
+            log.info(
+                "job %s: %s has waited %.1f s for %s (round %d, attempt %d): %s",
+                self.id,
+                session.label,
+                failure.waited_seconds,
+                target.label,
+                failure.round,
+                failure.attempt,
+                reason,
+            )
+            if self._loop is not None and math.isfinite(failure.waited_seconds):
+                self._loop.stalled(
+                    session.index,
+                    int(failure.round),
+                    int(failure.attempt),
+                    peer,
+                    float(failure.waited_seconds),
+                )
+            return
         log.warning(
             "job %s: %s reports %s unreachable at %s: %s",
             self.id,
@@ -414,8 +445,16 @@ class JobRun:
             # auto looks ahead on the simulator, with a cost model fitted to the rounds.
             prepared.policy.attach(Lookahead(self.config, prepared))
         plane = self._plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
-        loop = RoundLoop(
-            self.id, self.config, self.places, self.inbox, plane, self.metrics, self.throw_out
+        loop = self._loop = RoundLoop(
+            self.id,
+            self.config,
+            self.places,
+            self.inbox,
+            plane,
+            self.metrics,
+            self.throw_out,
+            self.release_silent,
+            self.heartbeat_seconds,
         )
         descent = self._descent = Descent(self.config, prepared)
         store, start, wall = self.store, 0, 0.0

@@ -13,8 +13,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 # Why a worker's result was not used in a round (the ``reason`` of codedgd_stragglers_total):
 # cancelled once the round decoded, late_dropped when it arrived after its round,
-# lost when its stream broke, rejected when it could not join.
-STRAGGLER_REASONS = ("cancelled", "late_dropped", "lost", "rejected", "norm_guard", "outvoted")
+# lost when its stream broke, rejected when it could not join, silent when nothing (not
+# even a heartbeat) came from it for --worker-timeout, silent_peer when a ring's or tree's
+# peers waited for it past the round's deadline (it is released from the job).
+STRAGGLER_REASONS = (
+    "cancelled",
+    "late_dropped",
+    "lost",
+    "rejected",
+    "norm_guard",
+    "outvoted",
+    "silent",
+    "silent_peer",
+)
 
 ROUND_BUCKETS = (
     0.001,
@@ -80,7 +91,9 @@ class CoordinatorMetrics:
         self.stragglers = Counter(
             "codedgd_stragglers_total",
             "Workers not used in a round, by reason (cancelled, late_dropped, lost, rejected; "
-            "of the rejected, norm_guard and outvoted count corrupt results).",
+            "of the rejected, norm_guard and outvoted count corrupt results; silent: no "
+            "heartbeat for --worker-timeout; silent_peer: a ring's or tree's peer released "
+            "for sending nothing past the round's deadline).",
             ["reason"],
             registry=r,
         )

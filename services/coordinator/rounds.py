@@ -20,8 +20,9 @@ import asyncio
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from prometheus_client import Histogram
@@ -31,6 +32,14 @@ from codedgd.services.coordinator.guard import NormGuard
 from codedgd.services.coordinator.inbox import Inbox, Lost, Replaced
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
 from codedgd.services.coordinator.places import Places
+from codedgd.services.coordinator.silence import (
+    COORDINATOR,
+    RECENT_ROUNDS,
+    RESOLVE_AFTER,
+    Stall,
+    peer_deadline,
+    silent_roots,
+)
 from codedgd.services.errors import DecodeError, JobFailed, WorkerFault
 from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
@@ -62,6 +71,9 @@ class Outcome:
     responses: dict[int, float]  # worker → seconds from θ_t sent to its result received
     computes: dict[int, float]  # worker → its reported compute seconds
     contributors: tuple[int, ...] = ()  # workers whose messages are in the estimate
+    excluded: dict[int, str] = field(default_factory=dict)  # the others, and why
+    attempts: int = 1
+    restarts: tuple[str, ...] = ()  # why each earlier attempt was abandoned
 
 
 class RoundLoop:
@@ -76,6 +88,8 @@ class RoundLoop:
         plane: DataPlane,
         metrics: CoordinatorMetrics,
         throw_out: Callable[[int, str], None],
+        release_silent: Callable[[int, str], None] | None = None,
+        heartbeat_seconds: float = 5.0,
     ) -> None:
         self.job_id = job_id
         self.config = config
@@ -84,6 +98,13 @@ class RoundLoop:
         self.plane = plane
         self.metrics = metrics
         self.throw_out = throw_out  # worker index, reason: disconnect it, its place is lost
+        # worker index, reason: a silent peer; its place is lost, it is released from the job
+        self.release_silent = release_silent or throw_out
+        self.heartbeat_seconds = heartbeat_seconds  # how often workers report progress
+        self._round_times: deque[float] = deque(maxlen=RECENT_ROUNDS)  # the peer deadline's
+        self._stalls: dict[tuple[int, int], Stall] = {}  # (reporter, peer) → its wait
+        self._stall_round: tuple[int, int] = (-1, -1)  # the (round, attempt) they are of
+        self._lost_why: dict[int, str] = {}  # this attempt's lost workers, and why
         self._last_decode = math.inf  # seconds policy.decode itself took last round
         self._histograms: dict[int, tuple[Histogram, Histogram]] = {}
         self.guard: NormGuard | None = None  # job.max_norm_ratio's, made in run()
@@ -141,6 +162,7 @@ class RoundLoop:
             estimate = out.estimate
             descent.step(estimate.gradient, point)
             round_s = time.perf_counter() - round_start
+            self._round_times.append(round_s)
             wall += round_s
             loss = metric = math.nan
             cancelled = False
@@ -178,6 +200,9 @@ class RoundLoop:
                 response_seconds=out.responses,
                 worker_compute_seconds=out.computes,
                 note=note,
+                excluded=out.excluded,
+                attempts=out.attempts,
+                restarts=out.restarts,
             )
             policy.observe(record)
             round_hist.observe(round_s)
@@ -201,17 +226,47 @@ class RoundLoop:
         attempt 1, 2, ..., once it has joined (:attr:`DataPlane.restarts`).
         """
         attempt, sent_before = 0, 0
+        restarts: list[str] = []
         while True:
             try:
                 outcome = await self._attempt(t, point, policy, attempt)
             except _Restart as restart:
                 self.plane.cancel(t, restart.contacted)
                 sent_before += restart.bytes_down
+                why = (
+                    "; ".join(
+                        f"worker {w} {reason}" for w, reason in sorted(self._lost_why.items())
+                    )
+                    or "workers " + ", ".join(map(str, sorted(restart.vacant))) + " lost"
+                )
+
+                restarts.append(f"attempt {attempt}: {why}")
                 attempt += 1
                 self.metrics.round_restarts.inc()
-                log.info("job %s: round %d starts again (attempt %d)", self.job_id, t, attempt)
+                log.info(
+                    "job %s: round %d starts again (attempt %d) after %s",
+                    self.job_id,
+                    t,
+                    attempt,
+                    why,
+                )
                 continue
-            return replace(outcome, bytes_down=outcome.bytes_down + sent_before)
+            return replace(
+                outcome,
+                bytes_down=outcome.bytes_down + sent_before,
+                attempts=attempt + 1,
+                restarts=tuple(restarts),
+            )
+
+    def stalled(self, reporter: int, round_: int, attempt: int, peer: int, waited: float) -> None:
+        """``reporter`` has waited ``waited`` seconds for ``peer``'s data in (round_,
+        attempt) past the round's deadline (a silent PeerFailure)."""
+        if (round_, attempt) != self._stall_round:
+            return  # an older round's, or one not started here yet
+        since = asyncio.get_running_loop().time() - max(0.0, waited)
+        key = (reporter, peer)
+        if key not in self._stalls:
+            self._stalls[key] = Stall(reporter, frozenset({peer}), since, f"data of round {round_}")
 
     async def _attempt(self, t: int, point: np.ndarray, policy: Policy, attempt: int) -> Outcome:
         places, inbox, plane = self.places, self.inbox, self.plane
@@ -265,13 +320,37 @@ class RoundLoop:
         # Wanted, lost (or cut off), not replaced yet.
         vacant = {w for w in spec.workers if w in places.lost or w in blocked}
         places.vacant = vacant  # the replacer fills these places first
+        self._lost_why = {w: "lost before this attempt began" for w in places.lost}
+        cancelled: set[int] = set()  # told to stop: the round did without them
         loop = asyncio.get_running_loop()
         deadline_at = loop.time() + self.config.round_timeout
         replace_by: float | None = None  # waiting for a replacement until then
         if not feasible():
             replace_by = self._await_replacement(t, policy, loop.time())
-        bytes_down = plane.send_theta(t, point, spec.params, contacted, attempt)
+        # Peers report each other silent past this deadline; 1.5 deadlines after θ_t
+        # went out, the reports of a round that cannot decode yet are resolved.
+        cfg = self.config
+        deadline = (
+            peer_deadline(
+                self._round_times,
+                cfg.peer_deadline_factor,
+                cfg.peer_deadline_min,
+                cfg.round_timeout,
+            )
+            if plane.peered
+            else 0.0
+        )
+        self._stalls = {}
+        self._stall_round = (t, attempt)
+        bytes_down = plane.send_theta(t, point, spec.params, contacted, attempt, deadline)
         sent_at = time.perf_counter()  # θ_t is queued to every contacted worker's stream
+        sent_loop = loop.time()
+        # By then every live worker's heartbeat has said whether θ_t reached it.
+        silence_at = (
+            sent_loop + max(RESOLVE_AFTER * deadline, deadline + 1.5 * self.heartbeat_seconds)
+            if deadline
+            else None
+        )
         self.metrics.bytes_down.inc(bytes_down)
         self.metrics.computations.inc(len(contacted))
         compute_max = 0.0
@@ -289,13 +368,17 @@ class RoundLoop:
                 event = inbox.events.get_nowait()
             except asyncio.QueueEmpty:
                 event = None
+            wake = replace_by if replace_by is not None else deadline_at
+            for_silence = silence_at is not None and silence_at < wake
             try:
                 if event is None:
-                    async with asyncio.timeout_at(
-                        replace_by if replace_by is not None else deadline_at
-                    ):
+                    async with asyncio.timeout_at(silence_at if for_silence else wake):
                         event = await inbox.events.get()
             except TimeoutError:
+                if for_silence:  # the round is stuck: blame the silent peers at its root
+                    self._resolve_silence(t, attempt, outstanding, sent_loop, loop.time())
+                    silence_at = loop.time() + (RESOLVE_AFTER - 1) * deadline
+                    continue
                 if replace_by is not None:  # no replacement in time
                     raise JobFailed(
                         no_replacement_message(t, sorted(vacant), self.config.replace_timeout)
@@ -313,7 +396,7 @@ class RoundLoop:
                 if plane.restarts:
                     if replace_by is not None and not plane.unreachable(places.lost) & vacant:
                         # Every place the round waits for is held again: start it over.
-                        raise _Restart(contacted, bytes_down)
+                        raise _Restart(contacted, bytes_down, vacant)
                     continue  # the round goes on without it; it takes part from the next
                 if w in vacant and w not in policy.superseded():
                     # The round still wants this worker: send it θ_t, with a round's time.
@@ -336,6 +419,7 @@ class RoundLoop:
                 # The worker, and any reporter it cuts off (a ring's everyone, a tree's
                 # ancestors whose group can no longer decode).
                 gone = ({event.worker} | plane.unreachable(places.lost)) & outstanding
+                self._lost_why[event.worker] = f"lost: {event.reason}"
                 vacant.update(w for w in gone if w in spec.workers)
                 outstanding -= gone
                 inbox.expecting.difference_update(gone)
@@ -382,6 +466,7 @@ class RoundLoop:
                 if superseded:
                     self._cancel(t, superseded)
                     outstanding -= superseded
+                    cancelled.update(superseded)
                     cancelled_early += len(superseded)
                 # With a wanted worker missing, an arrival can make the round need more
                 # than it did at the loss (cyclic, polynomial and lagc wait past n-s for a
@@ -403,6 +488,7 @@ class RoundLoop:
                 "result is in the sum: the estimate would be wrong"
             )
         self._cancel(t, outstanding)
+        cancelled.update(outstanding)
         try:
             if self._last_decode < INLINE_DECODE_SECONDS:
                 estimate, self._last_decode = _timed(policy.decode)
@@ -413,6 +499,7 @@ class RoundLoop:
             raise JobFailed(f"round {t}: decoding failed: {exc}") from None
         decode_s = time.perf_counter() - decodable_at
         late, self._late_counted = inbox.late - self._late_counted, inbox.late
+        contributors = plane.contributors(estimate.workers_used, below)
         return Outcome(
             estimate=estimate,
             wait_seconds=decodable_at - sent_at,
@@ -426,8 +513,60 @@ class RoundLoop:
             late=late,
             responses=responses,
             computes=computes,
-            contributors=plane.contributors(estimate.workers_used, below),
+            contributors=contributors,
+            excluded=self._excluded(set(contributors), set(contacted), cancelled),
         )
+
+    def _excluded(self, used: set[int], contacted: set[int], cancelled: set[int]) -> dict[int, str]:
+        """Every place of the plan not in the estimate, with why."""
+        out: dict[int, str] = {}
+        reporters = self.plane.reporters(range(len(self.places)))
+        for w in range(len(self.places)):
+            if w in used:
+                continue
+            if w in self._lost_why:
+                out[w] = self._lost_why[w]
+            elif w not in reporters:
+                out[w] = self.plane.left_out(w, used)
+            elif w in cancelled:
+                out[w] = "cancelled: the round decoded without its result"
+            elif w not in contacted:
+                out[w] = "not asked to compute this round"
+            else:
+                out[w] = "its result was not used by the policy's decode"
+        return out
+
+    def _resolve_silence(
+        self, t: int, attempt: int, outstanding: set[int], sent_loop: float, now: float
+    ) -> None:
+        """Round t cannot decode 1.5 deadlines after θ_t went out: release the workers
+        at the root of the silent peers' reports (the coordinator's own missing
+        reporters among the waited-for). A worker whose heartbeat since θ_t went out
+        says θ_t never reached it waits for the worker that should have passed it on."""
+        stalls = list(self._stalls.values())
+        places = self.places
+        for w in range(len(places)):
+            session = places[w]
+            if w in places.lost or session.progress_at < sent_loop:
+                continue  # lost, or not heard from since: nothing known
+            progress = session.progress
+            begun = (
+                progress is not None
+                and progress[0] == self.job_id
+                and (progress[1], progress[2]) >= (t, attempt)
+            )
+            source = self.plane.theta_source(w)
+            if not begun and source != COORDINATOR:
+                stalls.append(Stall(w, frozenset({source}), sent_loop, f"θ of round {t}"))
+        missing = outstanding - self.places.lost
+        if missing:
+            stalls.append(Stall(COORDINATOR, frozenset(missing), sent_loop, f"result of round {t}"))
+        for worker, reason in silent_roots(stalls, now).items():
+            if worker in self.places.lost:
+                continue
+            log.warning("job %s: round %d: worker %d is %s", self.job_id, t, worker, reason)
+            self.metrics.stragglers.labels("silent_peer").inc()
+            self.release_silent(worker, reason)
 
     def _worker_histograms(self, worker: int) -> tuple[Histogram, Histogram]:
         """Worker ``worker``'s compute and response histograms (labels() once per job)."""
@@ -470,9 +609,10 @@ class RoundLoop:
 class _Restart(Exception):
     """A worker-to-worker round starts over: the replacement it waited for has joined."""
 
-    def __init__(self, contacted: list[int], bytes_down: int) -> None:
+    def __init__(self, contacted: list[int], bytes_down: int, vacant: set[int]) -> None:
         self.contacted = contacted
         self.bytes_down = bytes_down
+        self.vacant = set(vacant)
 
 
 def _timed(decode: Callable[[], Estimate]) -> tuple[Estimate, float]:

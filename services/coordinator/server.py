@@ -40,7 +40,7 @@ from codedgd.services.metrics_endpoint import MetricsSecurity, serve_metrics
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import DEFAULT_RECORDS_IN_MEMORY
 from codedgd.services.security import Security
-from codedgd.services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS
+from codedgd.services.wire import SERVER_OPTIONS, WORKER_TENSOR_PATHS, check_chunk_bytes
 
 log = logging.getLogger("codedgd.coordinator")
 SERVICE_NAME = "codedgd.v1.Coordinator"
@@ -151,6 +151,7 @@ class CoordinatorServer:
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         worker_timeout: float = DEFAULT_WORKER_TIMEOUT,
         records_in_memory: int = DEFAULT_RECORDS_IN_MEMORY,
+        chunk_bytes: int | None = None,
     ) -> CoordinatorServer:
         """Bind, start serving and return the coordinator.
 
@@ -161,6 +162,8 @@ class CoordinatorServer:
         server starts, and a failure or cancellation part-way stops what was started.
         """
         security = security or Security()
+        if chunk_bytes is not None:
+            check_chunk_bytes(chunk_bytes)
         security.check_server()  # TLS files: both, PEM, a pair
         check_bindable(address)  # HOST:PORT, port 0..65535, free, an address of this host
         if metrics_port is not None:
@@ -206,6 +209,7 @@ class CoordinatorServer:
             checkpoint_every=checkpoint_every,
             worker_timeout=worker_timeout,
             records_in_memory=records_in_memory,
+            chunk_bytes=chunk_bytes,
         )
         server: aio.Server | None = None
         try:

@@ -234,6 +234,7 @@ class CoordinatorService:
             self.metrics,
             data_dir=self.data_dir,
             assign_timeout=self.assign_timeout,
+            heartbeat_seconds=self.worker_timeout / HEARTBEATS_PER_TIMEOUT,
             store=store,
             order=order,
             checkpoint_every=self.checkpoint_every,
@@ -337,6 +338,10 @@ class CoordinatorService:
                     job.give_up(session, error)
                 elif kind == "peer_failure" and job is not None:
                     job.peer_failure(session, message.peer_failure)
+                elif kind == "heartbeat" and message.heartbeat.job_id:
+                    beat = message.heartbeat
+                    session.progress = (beat.job_id, int(beat.round), int(beat.attempt))
+                    session.progress_at = asyncio.get_running_loop().time()
         except WireError as exc:
             log.warning("rejecting %s: %s", session.label, exc)
             reason = "non_finite" if isinstance(exc, NonFiniteError) else "rejected"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,10 @@ class WorkerSession:
     job_id: str | None = None  # the job this worker belongs to, if any
     index: int = -1  # its place in that job's plan
     closed: bool = False
+    # Its last heartbeat's progress in a ring or tree job: (job, round, attempt) whose θ
+    # it began to receive, and when that heartbeat came (event-loop time).
+    progress: tuple[str, int, int] | None = None
+    progress_at: float = -math.inf
 
     def send(self, message: Outgoing) -> None:
         if not self.closed:

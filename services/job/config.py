@@ -84,6 +84,13 @@ class JobConfig:
     # The norm guard (0: off): an arrival whose norm, per unit of its coefficients, is more
     # than this many times the median of recent arrivals' is a worker fault (thrown out).
     max_norm_ratio: float = 0.0
+    # Worker-to-worker topologies (ring, tree): a worker reports a peer silent when it has
+    # waited for the peer's data longer than max(peer_deadline_min, peer_deadline_factor x
+    # the longest of the job's last 20 rounds) (round_timeout until 3 rounds are timed);
+    # the coordinator throws out the workers at the root of such waits (RoundStart's
+    # peer_deadline_seconds in the .proto).
+    peer_deadline_factor: float = 10.0
+    peer_deadline_min: float = 5.0
     data: Component = field(default_factory=lambda: Component("synthetic"))
     model: Component = field(default_factory=lambda: Component("logistic", {"l2": 1e-4}))
     policy: Component = field(default_factory=lambda: Component("uncoded"))
@@ -134,6 +141,25 @@ class JobConfig:
                 "job.max_norm_ratio must be 0 (no norm guard) or a finite number > 1 (e.g. "
                 f"100), got {self.max_norm_ratio!r}"
             )
+        if (
+            isinstance(self.peer_deadline_factor, bool)
+            or not isinstance(self.peer_deadline_factor, int | float)
+            or not 1 < self.peer_deadline_factor < math.inf
+        ):
+            raise ConfigError(
+                "job.peer_deadline_factor must be a finite number > 1 (how many times the "
+                "longest recent round a worker waits for a silent peer; default 10), got "
+                f"{self.peer_deadline_factor!r}"
+            )
+        if (
+            isinstance(self.peer_deadline_min, bool)
+            or not isinstance(self.peer_deadline_min, int | float)
+            or not 0 < self.peer_deadline_min < math.inf
+        ):
+            raise ConfigError(
+                "job.peer_deadline_min must be a positive, finite number of seconds (the "
+                f"shortest wait for a silent peer; default 5), got {self.peer_deadline_min!r}"
+            )
         if self.target_loss is not None and (
             isinstance(self.target_loss, bool)
             or not isinstance(self.target_loss, int | float)
@@ -161,6 +187,10 @@ class JobConfig:
             job["init_from"] = self.init_from
         if self.max_norm_ratio:
             job["max_norm_ratio"] = self.max_norm_ratio
+        if self.peer_deadline_factor != 10.0:
+            job["peer_deadline_factor"] = self.peer_deadline_factor
+        if self.peer_deadline_min != 5.0:
+            job["peer_deadline_min"] = self.peer_deadline_min
         return {
             "job": job,
             "data": self.data.to_dict(),
@@ -198,6 +228,8 @@ class JobConfig:
             "spares",
             "init_from",
             "max_norm_ratio",
+            "peer_deadline_factor",
+            "peer_deadline_min",
         }
         bad = set(job) - known_job
         if bad:
@@ -217,6 +249,8 @@ class JobConfig:
             spares=job.get("spares", 0),
             init_from=job.get("init_from"),
             max_norm_ratio=job.get("max_norm_ratio", 0.0),
+            peer_deadline_factor=job.get("peer_deadline_factor", 10.0),
+            peer_deadline_min=job.get("peer_deadline_min", 5.0),
             data=_component(doc, "data", "synthetic"),
             model=_component(doc, "model", "logistic", {"l2": 1e-4}),
             policy=_component(doc, "policy", "uncoded"),

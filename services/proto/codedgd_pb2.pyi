@@ -157,7 +157,7 @@ class AssignmentAck(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class RoundStart(_message.Message):
-    __slots__ = ("job_id", "round", "theta", "params", "segment", "segments", "attempt")
+    __slots__ = ("job_id", "round", "theta", "params", "segment", "segments", "attempt", "peer_deadline_seconds")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,7 @@ class RoundStart(_message.Message):
     SEGMENT_FIELD_NUMBER: _ClassVar[int]
     SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PEER_DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     theta: TensorChunk
@@ -179,7 +180,8 @@ class RoundStart(_message.Message):
     segment: int
     segments: int
     attempt: int
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., theta: _Optional[_Union[TensorChunk, _Mapping]] = ..., params: _Optional[_Mapping[str, float]] = ..., segment: _Optional[int] = ..., segments: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    peer_deadline_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., theta: _Optional[_Union[TensorChunk, _Mapping]] = ..., params: _Optional[_Mapping[str, float]] = ..., segment: _Optional[int] = ..., segments: _Optional[int] = ..., attempt: _Optional[int] = ..., peer_deadline_seconds: _Optional[float] = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ("job_id", "round")
@@ -212,10 +214,16 @@ class Result(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ..., contributors: _Optional[_Iterable[int]] = ..., segment: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("unix_time",)
+    __slots__ = ("unix_time", "job_id", "round", "attempt")
     UNIX_TIME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     unix_time: float
-    def __init__(self, unix_time: _Optional[float] = ...) -> None: ...
+    job_id: str
+    round: int
+    attempt: int
+    def __init__(self, unix_time: _Optional[float] = ..., job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class JobEnd(_message.Message):
     __slots__ = ("job_id", "reason")
@@ -234,16 +242,22 @@ class Shutdown(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., restarting: _Optional[bool] = ...) -> None: ...
 
 class PeerFailure(_message.Message):
-    __slots__ = ("job_id", "round", "peer", "reason")
+    __slots__ = ("job_id", "round", "peer", "reason", "silent", "attempt", "waited_seconds")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SILENT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     peer: int
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    silent: bool
+    attempt: int
+    waited_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[int] = ..., reason: _Optional[str] = ..., silent: _Optional[bool] = ..., attempt: _Optional[int] = ..., waited_seconds: _Optional[float] = ...) -> None: ...
 
 class WorkerError(_message.Message):
     __slots__ = ("job_id", "round", "message")
@@ -316,7 +330,7 @@ class JobRef(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class RoundReport(_message.Message):
-    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note")
+    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note", "excluded", "attempts", "restarts")
     class ResponseSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +345,13 @@ class RoundReport(_message.Message):
         key: int
         value: float
         def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    class ExcludedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -353,6 +374,9 @@ class RoundReport(_message.Message):
     RESPONSE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WORKER_COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     wall_seconds: float
@@ -375,7 +399,10 @@ class RoundReport(_message.Message):
     response_seconds: _containers.ScalarMap[int, float]
     worker_compute_seconds: _containers.ScalarMap[int, float]
     note: str
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ...) -> None: ...
+    excluded: _containers.ScalarMap[int, str]
+    attempts: int
+    restarts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ..., excluded: _Optional[_Mapping[int, str]] = ..., attempts: _Optional[int] = ..., restarts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "state", "round", "rounds", "error", "loss", "metric", "metric_name", "detail", "workers_missing", "workers_needed", "uploads", "computations")
@@ -438,7 +465,7 @@ class ModelChunk(_message.Message):
     def __init__(self, meta_json: _Optional[str] = ..., theta: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class PeerData(_message.Message):
-    __slots__ = ("job_id", "round", "attempt", "sender", "stage", "step", "segment", "contributors", "tensor")
+    __slots__ = ("job_id", "round", "attempt", "sender", "stage", "step", "segment", "contributors", "tensor", "peer_deadline_seconds")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +475,7 @@ class PeerData(_message.Message):
     SEGMENT_FIELD_NUMBER: _ClassVar[int]
     CONTRIBUTORS_FIELD_NUMBER: _ClassVar[int]
     TENSOR_FIELD_NUMBER: _ClassVar[int]
+    PEER_DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     attempt: int
@@ -457,7 +485,8 @@ class PeerData(_message.Message):
     segment: int
     contributors: _containers.RepeatedScalarFieldContainer[int]
     tensor: TensorChunk
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ..., sender: _Optional[int] = ..., stage: _Optional[str] = ..., step: _Optional[int] = ..., segment: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ..., tensor: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
+    peer_deadline_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ..., sender: _Optional[int] = ..., stage: _Optional[str] = ..., step: _Optional[int] = ..., segment: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ..., tensor: _Optional[_Union[TensorChunk, _Mapping]] = ..., peer_deadline_seconds: _Optional[float] = ...) -> None: ...
 
 class PeerAck(_message.Message):
     __slots__ = ("received",)

@@ -36,9 +36,15 @@ from codedgd.services.framing import frame_reader, to_wire
 from codedgd.services.messages import check_peer_address, check_worker_name
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.security import Security
-from codedgd.services.wire import COORDINATOR_TENSOR_PATHS, DEFAULT_CHUNK_BYTES, GRPC_OPTIONS
+from codedgd.services.wire import (
+    COORDINATOR_TENSOR_PATHS,
+    DEFAULT_CHUNK_BYTES,
+    GRPC_OPTIONS,
+    check_chunk_bytes,
+)
 from codedgd.services.worker.corrupt import Corruption
-from codedgd.services.worker.peers import GrpcPeerLinks, OnFailure, PeerServer
+from codedgd.services.worker.peer_faults import PeerFault
+from codedgd.services.worker.peers import GrpcPeerLinks, OnFailure, OnRefused, PeerServer
 from codedgd.services.worker.rounds import Rounds
 from codedgd.services.worker.uploads import Outgoing as RoundOutgoing
 from codedgd.services.worker.uploads import Upload, WorkerStats
@@ -83,8 +89,10 @@ class WorkerOptions:
     peer_address: str | None = None
     peer_tls_server_name: str | None = None  # the name peers' certificates carry
     corrupt: Corruption | None = None  # a test instrument: lie in every star result
+    peer_fault: PeerFault | None = None  # a test instrument: misbehave towards peers
 
     def __post_init__(self) -> None:
+        check_chunk_bytes(self.chunk_bytes)
         for problem in (
             check_worker_name(self.name),
             check_peer_address(self.peer_address) if self.peer_address else None,
@@ -127,6 +135,7 @@ class WorkerAgent:
             stats=self.stats,
             links=self._links if options.peer_listen is not None else None,
             corrupt=options.corrupt,
+            peer_fault=options.peer_fault,
         )
         self.peer_server: PeerServer | None = None
         self.advertised = ""  # the peer address told to the coordinator
@@ -142,9 +151,13 @@ class WorkerAgent:
         self._out.put_nowait(message)
 
     def _links(
-        self, addresses: Mapping[int, str], credential: str, on_failure: OnFailure
+        self,
+        addresses: Mapping[int, str],
+        credential: str,
+        on_failure: OnFailure,
+        on_refused: OnRefused,
     ) -> GrpcPeerLinks:
-        return GrpcPeerLinks(addresses, credential, self._peer_dialing, on_failure)
+        return GrpcPeerLinks(addresses, credential, self._peer_dialing, on_failure, on_refused)
 
     async def start_peer_service(self) -> str:
         """Bind the Peer service (``--peer-listen``); the address peers are told to dial.
@@ -315,7 +328,11 @@ class WorkerAgent:
                 continue
             except TimeoutError:
                 pass
-            self._out.put_nowait(pb.WorkerMessage(heartbeat=pb.Heartbeat(unix_time=time.time())))
+            beat = pb.Heartbeat(unix_time=time.time())
+            progress = self.rounds.progress()
+            if progress is not None:
+                beat.job_id, beat.round, beat.attempt = progress
+            self._out.put_nowait(pb.WorkerMessage(heartbeat=beat))
 
     # ------------------------------------------------------------ messages
 

@@ -94,6 +94,19 @@ class _AgentCollector(Collector):
             for key, family in families.items():
                 family.add_metric([role], float(getattr(totals, key)))
         yield from families.values()
+        refused = CounterMetricFamily(
+            "codedgd_worker_peer_pushes_refused",
+            "Peers' pushes this worker refused, by reason: credential (a call without its "
+            "job's peer credential, refused before any message is read), malformed (a "
+            "bad frame, sender, stage, step or shape, or a round too far ahead: the call "
+            "is ended), stale (chunks of an older round or attempt, dropped).",
+            labels=["reason"],
+        )
+        server = a.peer_server
+        refused.add_metric(["credential"], float(server.refused if server else 0))
+        refused.add_metric(["malformed"], float(server.rejected if server else 0))
+        refused.add_metric(["stale"], float(stats.peer_chunks_stale))
+        yield refused
         index = a.rounds.worker_index
         yield GaugeMetricFamily(
             "codedgd_worker_index",

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import grpc
 from grpc import aio
 
-from codedgd.services.errors import WireError
+from codedgd.services.errors import NotInJob, WireError
 from codedgd.services.framing import Frame, frame_reader, to_wire
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.security import Security, refusal
@@ -46,6 +46,11 @@ peer_frame = frame_reader(pb.PeerData, PEER_TENSOR_PATHS)
 Receive = Callable[[pb.PeerData, memoryview | None], None]
 # A link to ``peer`` failed: (peer, reason).
 OnFailure = Callable[[int, str], None]
+# ``peer`` refused what this worker pushed (its own fault): (peer, reason).
+OnRefused = Callable[[int, str], None]
+# Status codes by which a peer refuses the pushes themselves, not the link: the sender
+# sent what no peer of its job may send (a bad frame, sender, stage, step or shape).
+REFUSALS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 class PeerLinks(Protocol):
@@ -65,7 +70,12 @@ class PeerLinks(Protocol):
 
 
 class GrpcPeerLinks:
-    """One ``Push`` call per peer, opened on first use, over TLS when configured."""
+    """One ``Push`` call per peer, opened on first use, over TLS when configured.
+
+    A call that ends in error is a failed link (``on_failure``, naming the peer), unless
+    the peer refused the pushes themselves (INVALID_ARGUMENT: malformed, or not what it
+    expects from this worker): that is this worker's own fault (``on_refused``).
+    """
 
     def __init__(
         self,
@@ -73,11 +83,13 @@ class GrpcPeerLinks:
         credential: str,
         security: Security,
         on_failure: OnFailure,
+        on_refused: OnRefused | None = None,
     ) -> None:
         self.addresses = dict(addresses)
         self.credential = credential
         self.security = security
         self.on_failure = on_failure
+        self.on_refused = on_refused
         self._queues: dict[int, asyncio.Queue[bytes | None]] = {}
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._channels: dict[int, aio.Channel] = {}
@@ -120,11 +132,16 @@ class GrpcPeerLinks:
             call.cancel()
             raise
         except grpc.aio.AioRpcError as exc:
+            self._drop(peer)
+            if exc.code() in REFUSALS and self.on_refused is not None:
+                reason = f"worker {peer} refused this worker's pushes: {exc.details()}"
+                log.error("%s", reason)
+                self.on_refused(peer, reason)
+                return
             reason = (
                 f"link to worker {peer} at {address} failed: {exc.code().name}: {exc.details()}"
             )
             log.warning("%s", reason)
-            self._drop(peer)
             self.on_failure(peer, reason)
 
     def _drop(self, peer: int) -> None:
@@ -166,13 +183,23 @@ class GrpcPeerLinks:
 
 class LocalPeerLinks:
     """In-process links for tests: frames are parsed as a server would and delivered to
-    the receiving worker's callback on the event loop. ``broken`` peers fail on send."""
+    the receiving worker's callback on the event loop. ``broken`` peers fail on send; a
+    frame the receiver refuses (WireError) ends the link as the server would, and the
+    sender hears it (``on_refused``)."""
 
-    def __init__(self, me: int, network: dict[int, Receive], on_failure: OnFailure) -> None:
+    def __init__(
+        self,
+        me: int,
+        network: dict[int, Receive],
+        on_failure: OnFailure,
+        on_refused: OnRefused | None = None,
+    ) -> None:
         self.me = me
         self.network = network
         self.on_failure = on_failure
+        self.on_refused = on_refused
         self.broken: set[int] = set()
+        self.refused: list[tuple[int, str]] = []  # (peer, why) of every refused frame
         self.sent: list[tuple[int, pb.PeerData]] = []  # (to, message) of every frame, in order
 
     def send(self, peer: int, frames: Iterable[bytes]) -> None:
@@ -185,7 +212,15 @@ class LocalPeerLinks:
             if isinstance(frame, WireError):
                 raise frame
             self.sent.append((peer, frame.message))
-            loop.call_soon(self.network[peer], frame.message, frame.data)
+            loop.call_soon(self._deliver, peer, frame.message, frame.data)
+
+    def _deliver(self, peer: int, message: pb.PeerData, data: memoryview | None) -> None:
+        try:
+            self.network[peer](message, data)
+        except WireError as exc:
+            self.refused.append((peer, str(exc)))
+            if self.on_refused is not None:
+                self.on_refused(peer, f"worker {peer} refused this worker's pushes: {exc}")
 
     def update(self, addresses: Mapping[int, str]) -> None:
         pass
@@ -250,6 +285,8 @@ class PeerServer:
                 raise AssertionError("unreachable")  # pragma: no cover - abort raises
             try:
                 self.receive(frame.message, frame.data)
+            except NotInJob as exc:  # it left the job (released, or a new one): not a fault
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             except WireError as exc:
                 self.rejected += 1
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -6,7 +6,8 @@ each passing one segment to the next worker); worker i computes its own message 
 waits its straggler delay; the workers reduce-scatter (n−1 steps, each passing a partial
 sum on and adding its own values of the segment received); worker i uploads the segment
 it then holds, summed over the ring. A newer round (or attempt) from the coordinator, or
-its Cancel, ends the round in progress.
+its Cancel, ends the round in progress. Every wait for the previous worker is watched: past
+the round's peer deadline that worker is reported silent (and the wait goes on).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from codedgd.services.compute.ring import gather_segment, reduced_segment, scatt
 from codedgd.services.errors import CodedGDError, WireError
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import Assembler
-from codedgd.services.worker.topology import Mailbox, RoundError, TopologyContext
+from codedgd.services.worker.topology import Mailbox, RoundError, TopologyContext, Watch
 
 log = logging.getLogger("codedgd.worker")
 
@@ -34,12 +35,23 @@ class RingRounds:
         self.n = n
         self.on_error = on_error
         self.bounds = segments(ctx.dim, n)
-        self.mailbox = Mailbox()
+        self.mailbox = Mailbox(stats=ctx.stats)
+        prev = self.previous
+        for step in range(n - 1):  # what the previous worker sends, every round
+            for stage, segment in (("theta", gather_segment), ("reduce", scatter_segment)):
+                lo, hi = self.bounds[segment(prev, step, n)]
+                self.mailbox.expect(stage, step, [prev], (hi - lo,))
         self._theta: Assembler | None = None
         self._start: pb.RoundStart | None = None
         self._task: asyncio.Task[None] | None = None
         self._cancel = CancelFlag()
         self._running: tuple[int, int] = (-1, -1)
+
+    @property
+    def progress(self) -> tuple[int, int] | None:
+        """The latest (round, attempt) whose θ segment began to arrive here."""
+        start = self._start
+        return (int(start.round), int(start.attempt)) if start is not None else None
 
     @property
     def next(self) -> int:
@@ -67,21 +79,23 @@ class RingRounds:
         if own is None:
             return
         self._theta = None
-        self.begin(int(start.round), int(start.attempt), own)
+        self.begin(
+            int(self._start.round),
+            int(self._start.attempt),
+            own,
+            float(self._start.peer_deadline_seconds),
+        )
 
-    def begin(self, round_: int, attempt: int, own_theta: np.ndarray) -> None:
-        """Round (round_, attempt) starts here with this worker's θ segment."""
+    def begin(
+        self, round_: int, attempt: int, own_theta: np.ndarray, deadline: float = 0.0
+    ) -> None:
+        """Round (round_, attempt) starts here with this worker's θ segment; waits for
+        the previous worker are watched with ``deadline`` (seconds, 0: not watched)."""
         self.stop()
         self._running = (round_, attempt)
         self.mailbox.begin(round_, attempt)
-        n, prev = self.n, self.previous
-        for step in range(n - 1):
-            for stage in ("theta", "reduce"):
-                q = (gather_segment if stage == "theta" else scatter_segment)(prev, step, n)
-                lo, hi = self.bounds[q]
-                self.mailbox.expect((round_, attempt, stage, step), [prev], (hi - lo,))
         cancel = self._cancel = CancelFlag()
-        self._task = asyncio.create_task(self._round(round_, attempt, own_theta, cancel))
+        self._task = asyncio.create_task(self._round(round_, attempt, own_theta, cancel, deadline))
 
     def receive(self, message: pb.PeerData, data: memoryview | None) -> None:
         """A chunk from the previous worker (or a cancel)."""
@@ -107,9 +121,19 @@ class RingRounds:
         self._task = None
 
     async def _round(
-        self, round_: int, attempt: int, own_theta: np.ndarray, cancel: CancelFlag
+        self,
+        round_: int,
+        attempt: int,
+        own_theta: np.ndarray,
+        cancel: CancelFlag,
+        deadline: float,
     ) -> None:
         ctx, n, i = self.ctx, self.n, self.ctx.index
+        previous = [self.previous]
+
+        def watch(what: str) -> Watch:
+            return Watch(round_, attempt, deadline, lambda: previous, what)
+
         try:
             theta = np.empty(ctx.dim, dtype=np.float64)
             lo, hi = self.bounds[i]
@@ -121,7 +145,8 @@ class RingRounds:
                     self.next, round_, attempt, "theta", "theta", theta[lo:hi], step=step, segment=q
                 )
                 got = await ctx.waited(
-                    self.mailbox.get((round_, attempt, "theta", step), self.previous)
+                    self.mailbox.get((round_, attempt, "theta", step), self.previous),
+                    watch(f"θ segment of all-gather step {step}"),
                 )
                 lo, hi = self.bounds[gather_segment(self.previous, step, n)]
                 theta[lo:hi] = got.array
@@ -135,7 +160,8 @@ class RingRounds:
                     self.next, round_, attempt, "reduce", "gradient", partial, step=step, segment=q
                 )
                 got = await ctx.waited(
-                    self.mailbox.get((round_, attempt, "reduce", step), self.previous)
+                    self.mailbox.get((round_, attempt, "reduce", step), self.previous),
+                    watch(f"partial sum of reduce-scatter step {step}"),
                 )
                 received = scatter_segment(self.previous, step, n)
                 partial = got.array + own[slice(*self.bounds[received])]

@@ -27,7 +27,7 @@ import numpy as np
 from codedgd.services.codes.cyclic import CyclicCode
 from codedgd.services.compute.gradient import CancelFlag, Cancelled, Computer, ComputeResult
 from codedgd.services.compute.lazy import LAST_UPLOAD_KEY, LazyUploader
-from codedgd.services.errors import CodedGDError, WireError
+from codedgd.services.errors import CodedGDError, NotInJob, WireError
 from codedgd.services.job import JobConfig
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.stragglers import crash_restart
@@ -35,6 +35,7 @@ from codedgd.services.stragglers.base import StragglerModel
 from codedgd.services.wire import Assembler, BufferPool, to_array
 from codedgd.services.worker.assignment import PartitionIntake, build
 from codedgd.services.worker.corrupt import Corruption
+from codedgd.services.worker.peer_faults import PeerFault
 from codedgd.services.worker.peers import PeerLinks
 from codedgd.services.worker.ring import RingRounds
 from codedgd.services.worker.topology import TopologyContext
@@ -71,8 +72,11 @@ class Job:
     peers: PeerRounds | None = None
 
 
-# Links to a job's peers: (peer addresses by index, the job's credential, on a link's failure).
-LinksFactory = Callable[[Mapping[int, str], str, Callable[[int, str], None]], PeerLinks]
+# Links to a job's peers: (peer addresses by index, the job's credential, on a link's
+# failure, on a peer's refusal of this worker's pushes).
+LinksFactory = Callable[
+    [Mapping[int, str], str, Callable[[int, str], None], Callable[[int, str], None]], PeerLinks
+]
 
 PeerRounds = RingRounds | TreeRounds
 
@@ -94,9 +98,11 @@ class Rounds:
         stats: WorkerStats,
         links: LinksFactory | None = None,
         corrupt: Corruption | None = None,
+        peer_fault: PeerFault | None = None,
     ) -> None:
         self._send = send
         self.corrupt = corrupt  # a test instrument: every star result is a lie
+        self.peer_fault = peer_fault  # a test instrument: misbehave towards peers
         self.data_dir = data_dir
         self.chunk_bytes = chunk_bytes
         self.stats = stats
@@ -187,6 +193,27 @@ class Rounds:
                 )
             )
 
+        def refused(peer: int, reason: str) -> None:
+            # What this worker pushed was refused: its own fault, not the link's. It
+            # gives up its place (WorkerError), so a newcomer may take it.
+            self._error(job.job_id, max(job.theta_round, 0), reason)
+
+        def silent(round_: int, attempt: int, peer: int, waited: float, what: str) -> None:
+            self._send(
+                pb.WorkerMessage(
+                    peer_failure=pb.PeerFailure(
+                        job_id=job.job_id,
+                        round=round_,
+                        attempt=attempt,
+                        peer=peer,
+                        silent=True,
+                        waited_seconds=waited,
+                        reason=f"sent nothing for {waited:.1f} s while worker "
+                        f"{a.worker_index} waited for its {what}",
+                    )
+                )
+            )
+
         ctx = TopologyContext(
             job_id=job.job_id,
             index=int(a.worker_index),
@@ -195,10 +222,12 @@ class Rounds:
             straggler=job.straggler,
             load=len(a.partitions) / max(1, a.n_partitions),
             stats=self.stats,
-            links=self.links(addresses, topology.credential, failed),
+            links=self.links(addresses, topology.credential, failed, refused),
             send=self._send,
             chunk_bytes=self.chunk_bytes,
             role="ring" if topology.kind == "ring" else f"tree level {topology.level}",
+            silent=silent,
+            fault=self.peer_fault,
         )
 
         def error(round_: int, message: str) -> None:
@@ -216,6 +245,15 @@ class Rounds:
             )
         raise WireError(f"unknown topology {topology.kind!r}: upgrade this worker")
 
+    def progress(self) -> tuple[str, int, int] | None:
+        """(job, round, attempt): the latest round of the running ring or tree job whose
+        θ began to arrive here (None: no such job, or no round yet)."""
+        job = self.job
+        if job is None or job.peers is None:
+            return None
+        progress = job.peers.progress
+        return (job.job_id, *progress) if progress is not None else None
+
     def credentials(self) -> tuple[str, ...]:
         """The peer credentials accepted now: the running job's."""
         job = self.job
@@ -227,7 +265,7 @@ class Rounds:
         """A push from a peer (the peer server's callback); WireError refuses it."""
         job = self.job
         if job is None or job.peers is None or message.job_id != job.job_id:
-            raise WireError(f"no job {message.job_id!r} with peers is running on this worker")
+            raise NotInJob(f"no job {message.job_id!r} with peers is running on this worker")
         job.peers.receive(message, data)
 
     def update_peers(self, update: pb.PeerUpdate) -> None:

@@ -12,7 +12,9 @@ fixed once per round and travels with the sum: a child whose sum comes later is 
 mixed in.
 
 A leaf sends its own message. A Cancel (the coordinator's, or the parent's ``cancel``
-push) ends the round here and is passed on to the children.
+push) ends the round here and is passed on to the children. The wait for the children is
+watched: past the round's peer deadline (which comes down with θ) the children not yet
+heard from are reported silent, and the wait goes on.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from codedgd.services.compute.gradient import CancelFlag, Cancelled
 from codedgd.services.errors import CodedGDError, DecodeError, WireError
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.wire import Assembler
-from codedgd.services.worker.topology import Mailbox, RoundError, TopologyContext
+from codedgd.services.worker.topology import Mailbox, RoundError, TopologyContext, Watch
 
 log = logging.getLogger("codedgd.worker")
 COORDINATOR = -1
@@ -55,14 +57,22 @@ class TreeRounds:
         self.code = code
         self.tol = tol
         self.on_error = on_error
-        self.mailbox = Mailbox()
+        self.mailbox = Mailbox(stats=ctx.stats)
+        if self.children:  # each child's partial sum, every round
+            self.mailbox.expect("reduce", 0, self.children, (ctx.dim,))
         self._theta: Assembler | None = None
         self._theta_round: tuple[int, int] = (-1, -1)
+        self._deadline = 0.0  # the running round's peer deadline
         self._theta_ready: asyncio.Future[np.ndarray] | None = None
         self._task: asyncio.Task[None] | None = None
         self._cancel = CancelFlag()
         self._running: tuple[int, int] = (-1, -1)
         self._used: tuple[int, ...] = ()
+
+    @property
+    def progress(self) -> tuple[int, int] | None:
+        """The latest (round, attempt) whose θ began to arrive here."""
+        return self._theta_round if self._theta_round[0] >= 0 else None
 
     # ------------------------------------------------------------ θ in, and on down
 
@@ -70,7 +80,13 @@ class TreeRounds:
         """A chunk of θ_t from the coordinator (a level-1 worker)."""
         if self.parent != COORDINATOR:
             raise WireError(f"worker {self.ctx.index} hears θ from worker {self.parent}")
-        self._theta_in(int(start.round), int(start.attempt), start.theta, data)
+        self._theta_in(
+            int(start.round),
+            int(start.attempt),
+            start.theta,
+            data,
+            float(start.peer_deadline_seconds),
+        )
 
     def receive(self, message: pb.PeerData, data: memoryview | None) -> None:
         """A push from the parent (θ, cancel) or from a child (a partial sum)."""
@@ -83,7 +99,9 @@ class TreeRounds:
                 raise WireError(
                     f"θ comes from worker {self.parent}, not from worker {message.sender}"
                 )
-            self._theta_in(key[0], key[1], message.tensor, data)
+            self._theta_in(
+                key[0], key[1], message.tensor, data, float(message.peer_deadline_seconds)
+            )
         elif message.stage == "cancel":
             if message.sender == self.parent and key == self._running:
                 self.stop()
@@ -91,18 +109,24 @@ class TreeRounds:
             self.mailbox.put(message, data)
 
     def _theta_in(
-        self, round_: int, attempt: int, chunk: pb.TensorChunk, data: memoryview | None
+        self,
+        round_: int,
+        attempt: int,
+        chunk: pb.TensorChunk,
+        data: memoryview | None,
+        deadline: float,
     ) -> None:
         if chunk.index == 0:
             if (round_, attempt) < self._theta_round:
                 return  # an older round's θ
+            self._deadline = deadline if np.isfinite(deadline) and deadline > 0 else 0.0
             self._begin(round_, attempt)
             self._theta = Assembler("theta", dtype="<f8", shape=(self.ctx.dim,))
             self._theta_round = (round_, attempt)
         if self._theta is None or (round_, attempt) != self._theta_round:
             return  # a stray chunk of an abandoned round
         for child in self.children:  # pass it on as it comes: θ flows down unhindered
-            self.ctx.push_chunk(child, round_, attempt, "theta", chunk, data)
+            self.ctx.push_chunk(child, round_, attempt, "theta", chunk, data, self._deadline)
         theta = self._theta.add(chunk, data)
         if theta is not None:
             self._theta = None
@@ -114,8 +138,6 @@ class TreeRounds:
         self.stop()
         self._running = (round_, attempt)
         self.mailbox.begin(round_, attempt)
-        key = (round_, attempt, "reduce", 0)
-        self.mailbox.expect(key, self.children, (self.ctx.dim,))
         self._theta_ready = asyncio.get_running_loop().create_future()
         cancel = self._cancel = CancelFlag()
         self._task = asyncio.create_task(self._round(round_, attempt, self._theta_ready, cancel))
@@ -192,13 +214,22 @@ class TreeRounds:
         position = {child: i for i, child in enumerate(self.children)}
         key = (round_, attempt, "reduce", 0)
         below: dict[int, tuple[int, ...]] = {}
-        while True:
-            got = await self.ctx.waited(self.mailbox.next(key))
-            if position[got.sender] in decoding.arrived:
-                continue
-            below[position[got.sender]] = (got.sender, *got.contributors)
-            if decoding.add(position[got.sender], got.array):
-                break
+        watch = Watch(
+            round_,
+            attempt,
+            self._deadline,
+            lambda: [c for c in self.children if position[c] not in decoding.arrived],
+            f"children's partial sums ({len(self.children) - self.code.s} of "
+            f"{len(self.children)} needed)",
+        )
+        with self.ctx.watching(watch):
+            while True:
+                got = await self.ctx.waited(self.mailbox.next(key))
+                if position[got.sender] in decoding.arrived:
+                    continue
+                below[position[got.sender]] = (got.sender, *got.contributors)
+                if decoding.add(position[got.sender], got.array):
+                    break
         try:
             z, _ = decoding.combine()
         except DecodeError as exc:

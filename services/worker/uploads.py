@@ -25,6 +25,9 @@ class WorkerStats:
     crashes: int = 0
     # Worker-to-worker traffic, by the role this worker had ("ring", "tree level 2", ...).
     peers: dict[str, PeerTotals] = field(default_factory=dict)
+    # Peers' chunks of an older round or attempt, dropped (the call goes on). Refused
+    # calls are counted by the peer server (PeerServer.refused, .rejected).
+    peer_chunks_stale: int = 0
 
     def role(self, name: str) -> PeerTotals:
         """The totals of ``name``, made on first use."""

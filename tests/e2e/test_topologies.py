@@ -205,3 +205,122 @@ async def test_a_push_without_the_jobs_credential_is_refused_before_it_is_read()
             assert ack.received == 1 and len(received) == 1
     finally:
         await server.stop()
+
+
+TREE_2X2 = Component("tree", {"fanout": 2, "levels": 2})  # level 1: 0, 1; leaves: 2-5
+
+
+@pytest.mark.parametrize(
+    ("policy", "n", "hung_first"),
+    [
+        (Component("ring-allreduce"), 4, False),
+        (TREE_2X2, 6, False),  # the last to connect takes the last place: a leaf
+        (TREE_2X2, 6, True),  # the first: place 0, a level-1 node that stops passing θ down
+    ],
+    ids=["ring", "tree-leaf", "tree-inner"],
+)
+async def test_a_silent_peer_is_caught_by_the_measured_deadline_and_replaced(
+    coordinator: CoordinatorServer,
+    worker_processes: WorkerProcesses,
+    policy: Component,
+    n: int,
+    hung_first: bool,
+) -> None:
+    """A worker that stays connected but sends its peers nothing from round 3 on (the
+    --peer-fault test instrument): it is reported past the deadline derived from the
+    rounds before (not round_timeout's 120 s), the coordinator releases it (not the
+    peers stalled behind it, nor the children it stopped passing θ to), a spare takes its
+    place, the round runs again, and θ stays gradient descent's."""
+    idle = coordinator.service.sessions.idle
+
+    def start_hung() -> Any:
+        return worker_processes.start(
+            coordinator.port, 1, name="hung", extra=(*PEERS, "--peer-fault", "silent:3")
+        )[0]
+
+    hung = start_hung() if hung_first else None
+    await wait_for(lambda: len(idle()) >= (1 if hung_first else 0), timeout=30)
+    worker_processes.start(coordinator.port, n - 1, extra=PEERS)
+    await wait_for(lambda: len(idle()) >= (n if hung_first else n - 1), timeout=30)
+    hung = hung or start_hung()
+    await wait_for(lambda: len(idle()) >= n, timeout=30)
+    config = _config(policy, n, 8, replace_timeout=60, round_timeout=120)
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: job.state == "running", timeout=60)
+    worker_processes.start(coordinator.port, 1, name="spare", extra=PEERS)
+    await _run_to_end(job)
+    _assert_gd(job, config)
+    place = next(i for i, s in enumerate(job.places.holders) if s.name.startswith("spare"))
+    assert place == (0 if hung_first else n - 1)  # the hung worker's place, and only it
+    record = job.records[3]
+    assert record.attempts == 2, record
+    assert "silent" in record.restarts[0] and f"worker {place}" in record.restarts[0]
+    assert coordinator.service.metrics.stragglers.labels("silent_peer")._value.get() == 1
+    # Caught by the derived deadline: far sooner than round_timeout.
+    assert record.round_seconds < 30
+    hung.terminate()  # (the coordinator runs on this event loop: wait off it)
+    _, err = await asyncio.to_thread(hung.communicate, timeout=30)
+    assert b"TEST INSTRUMENT --peer-fault silent:3 fired" in err  # the fault fired
+
+
+async def test_a_killed_worker_of_a_plain_tree_is_replaced_and_the_round_runs_again(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """tree (s = 0) cannot decode without any node: kill -9 of a leaf mid-job, a spare
+    takes its place, the round starts again, θ stays gradient descent's."""
+    policy = Component("tree", {"fanout": 2, "levels": 2})
+    procs = _procs_by_name(worker_processes.start(coordinator.port, 7, extra=PEERS))
+    config = _config(policy, 6, 12, replace_timeout=60, round_timeout=60)
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: len(job.records) >= 3, timeout=90)
+    leaf = 4
+    killed = procs[job.places.holders[leaf].name]
+    killed.send_signal(signal.SIGKILL)
+    await _run_to_end(job)
+    _assert_gd(job, config)
+    assert killed.poll() is not None  # the fault fired
+    assert coordinator.service.metrics.round_restarts._value.get() >= 1
+    restarted = [r for r in job.records if r.attempts > 1]
+    assert restarted and all(f"worker {leaf}" in r.restarts[0] for r in restarted)
+
+
+async def test_a_ring_without_a_replacement_fails_naming_the_lost_worker(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    procs = _procs_by_name(worker_processes.start(coordinator.port, 3, extra=PEERS))
+    config = _config(Component("ring-allreduce"), 3, 200, round_timeout=60)
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: len(job.records) >= 3, timeout=90)
+    victim = job.places.holders[1].name
+    procs[victim].send_signal(signal.SIGKILL)
+    await _run_to_end(job)
+    assert job.state == "failed"
+    assert f"worker 1 ({victim})" in job.error and "ring-allreduce" in job.error, job.error
+    assert "--replace-timeout" in job.error  # and how to do without failing
+
+
+async def test_a_member_pushing_the_wrong_shape_is_released_not_its_receiver(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """A ring member whose pushes are one value short from round 3 on (--peer-fault):
+    its successor refuses them on arrival, the sender reports the fault as its own and
+    gives up its place, a spare takes it, and no honest worker is lost."""
+    n = 4
+    honest = worker_processes.start(coordinator.port, n - 1, extra=PEERS)
+    bad = worker_processes.start(
+        coordinator.port, 1, name="bad", extra=(*PEERS, "--peer-fault", "shape:3")
+    )[0]
+    await wait_for(lambda: len(coordinator.service.sessions.idle()) >= n, timeout=30)
+    config = _config(Component("ring-allreduce"), n, 8, replace_timeout=60, round_timeout=120)
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: job.state == "running", timeout=60)
+    worker_processes.start(coordinator.port, 1, name="spare", extra=PEERS)
+    await _run_to_end(job)
+    _assert_gd(job, config)
+    record = job.records[3]
+    assert record.attempts == 2 and "refused this worker's pushes" in record.restarts[0]
+    assert {s.name for s in job.places.holders} == {"w0", "w1", "w2", "spare0"}
+    assert all(p.poll() is None for p in honest)
+    bad.terminate()  # (the coordinator runs on this event loop: wait off it)
+    _, err = await asyncio.to_thread(bad.communicate, timeout=30)
+    assert b"TEST INSTRUMENT --peer-fault shape:3 fired" in err  # the fault fired

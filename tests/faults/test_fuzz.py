@@ -1099,7 +1099,9 @@ async def feed_worker(stream: Sequence[tuple[str, bytes]]) -> tuple[list[Any], l
     leaked: list[Any] = []
     loop.set_exception_handler(lambda _, context: leaked.append(context))
     agent = WorkerAgent(WorkerOptions(coordinator="127.0.0.1:1", name="fuzz"))
-    agent.rounds.links = lambda addresses, credential, failed: LocalPeerLinks(-1, {}, failed)
+    agent.rounds.links = lambda addresses, credential, failed, refused: LocalPeerLinks(
+        -1, {}, failed, refused
+    )
     ended = False
     for source, buffer in stream:
         if source == "coordinator":
@@ -1228,7 +1230,9 @@ def test_a_topology_the_worker_cannot_build_is_refused_not_fatal(edit: str) -> N
     agent = WorkerAgent(WorkerOptions(coordinator="127.0.0.1:1", name="fuzz"))
 
     async def take() -> None:
-        agent.rounds.links = lambda addresses, credential, failed: LocalPeerLinks(-1, {}, failed)
+        agent.rounds.links = lambda addresses, credential, failed, refused: LocalPeerLinks(
+            -1, {}, failed, refused
+        )
         for buffer in stream:
             frame = _coordinator_frame(buffer)
             assert isinstance(frame, framing.Frame)
@@ -1259,7 +1263,9 @@ def test_a_ring_place_outside_the_ring_is_refused_not_fatal(index: int) -> None:
     agent = WorkerAgent(WorkerOptions(coordinator="127.0.0.1:1", name="fuzz"))
 
     async def take() -> None:
-        agent.rounds.links = lambda addresses, credential, failed: LocalPeerLinks(-1, {}, failed)
+        agent.rounds.links = lambda addresses, credential, failed, refused: LocalPeerLinks(
+            -1, {}, failed, refused
+        )
         for buffer in stream:
             frame = _coordinator_frame(buffer)
             assert isinstance(frame, framing.Frame)

@@ -1,5 +1,6 @@
 """Workers' ring and tree rounds over in-process peer links: the sums they upload are
-the reference arithmetic, a slow child is left out (and told so), a broken link is named.
+the reference arithmetic, a slow child is left out (and told so), a broken link is named,
+a silent peer is reported past the round's deadline (and only the right one is blamed).
 
 The links parse every frame as the peer server would (codedgd.services.worker.peers.
 LocalPeerLinks), so the framing, the mailbox's checks and the round code are the real
@@ -9,6 +10,7 @@ ones; only the sockets are missing.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import ClassVar
 
 import numpy as np
@@ -17,9 +19,11 @@ import pytest
 from codedgd.services.codes.cyclic import CyclicCode
 from codedgd.services.compute.gradient import Computer, PartitionRows
 from codedgd.services.compute.ring import reduced_segments, segments
+from codedgd.services.coordinator.silence import Stall, silent_roots
 from codedgd.services.models import LeastSquares
 from codedgd.services.policies import create
 from codedgd.services.policies.tree import CodedReduce
+from codedgd.services.worker.peer_faults import PeerFault
 from codedgd.services.worker.peers import LocalPeerLinks, Receive
 from codedgd.services.worker.ring import RingRounds
 from codedgd.services.worker.topology import TopologyContext
@@ -55,17 +59,29 @@ class _Cluster:
         self.uploads: dict[int, list[Upload]] = {w: [] for w in range(n)}
         self.errors: list[tuple[int, int, str]] = []
         self.failures: list[tuple[int, int, str]] = []
-        self.links = {w: LocalPeerLinks(w, self.network, self._failed(w)) for w in range(n)}
+        # (reporter, round, attempt, peer, seconds waited, when reported)
+        self.silent: list[tuple[int, int, int, int, float, float]] = []
+        self.faults: dict[int, PeerFault] = {}
+        self.refused: list[tuple[int, int, str]] = []  # (sender, peer, why)
+        self.links = {
+            w: LocalPeerLinks(w, self.network, self._failed(w), self._refused(w)) for w in range(n)
+        }
         self.stats = {w: WorkerStats() for w in range(n)}
         self.delays = _Delays(delays or {})
 
     def _failed(self, w: int):  # type: ignore[no-untyped-def]
         return lambda peer, reason: self.failures.append((w, peer, reason))
 
+    def _refused(self, w: int):  # type: ignore[no-untyped-def]
+        return lambda peer, reason: self.refused.append((w, peer, reason))
+
     def context(self, w: int, computer: Computer) -> TopologyContext:
         def send(message: Outgoing) -> None:
             assert isinstance(message, Upload)
             self.uploads[w].append(message)
+
+        def silent(round_: int, attempt: int, peer: int, waited: float, what: str) -> None:
+            self.silent.append((w, round_, attempt, peer, waited, time.monotonic()))
 
         return TopologyContext(
             job_id="j",
@@ -78,6 +94,8 @@ class _Cluster:
             links=self.links[w],
             send=send,
             chunk_bytes=CHUNK,
+            silent=silent,
+            fault=self.faults.get(w),
         )
 
     def error(self, w: int):  # type: ignore[no-untyped-def]
@@ -251,3 +269,127 @@ async def test_a_push_from_a_worker_that_is_not_a_child_is_refused() -> None:
         nodes[0].receive(frame.message, frame.data)
     for node in nodes:
         node.stop()
+
+
+def _roots(cluster: _Cluster) -> list[int]:
+    """Whom the coordinator's rule blames from the workers' silent reports."""
+    stalls = [
+        Stall(r, frozenset({p}), at - waited, "data") for r, _, _, p, waited, at in cluster.silent
+    ]
+    return list(silent_roots(stalls, time.monotonic()))
+
+
+async def test_a_ring_reports_its_silent_member_and_only_it_is_to_blame() -> None:
+    n, deadline = 4, 0.3
+    cluster = _Cluster(n)
+    cluster.faults[1] = PeerFault.parse("silent:1")  # worker 1 goes quiet from round 1
+    parts = _partitions(n)
+    rings = [
+        RingRounds(
+            cluster.context(w, Computer(LeastSquares(), [parts[w]], np.ones((1, 1)))),
+            n,
+            cluster.error(w),
+        )
+        for w in range(n)
+    ]
+    for w, ring in enumerate(rings):
+        cluster.network[w] = ring.receive
+    bounds = segments(DIM, n)
+    for t in range(2):
+        for w, ring in enumerate(rings):
+            ring.begin(t, 0, np.zeros(DIM)[slice(*bounds[w])], deadline)
+        if t == 0:
+            await cluster.wait_uploads(list(range(n)))
+    assert not cluster.silent  # round 0 went round within its deadline
+    await asyncio.sleep(deadline * 3)
+    assert cluster.faults[1].fired > 0  # the fault fired
+    # Worker 2, which hears from worker 1, reported it first; the others waited behind it.
+    first = min(cluster.silent, key=lambda r: r[5])
+    assert (first[0], first[1], first[3]) == (2, 1, 1)
+    assert first[4] >= deadline
+    assert _roots(cluster) == [1]
+    # once per peer and round: no report repeats
+    assert len({(r[0], r[1], r[3]) for r in cluster.silent}) == len(cluster.silent)
+    assert all(len(cluster.uploads[w]) == 1 for w in range(n))  # round 1 is stuck, not failed
+    assert not cluster.errors
+    for ring in rings:
+        ring.stop()
+
+
+async def test_a_tree_node_reports_the_children_it_still_needs_past_the_deadline() -> None:
+    cluster, _policy, nodes, _ = _tree()
+    cluster.faults.update({3: PeerFault.parse("silent:0"), 4: PeerFault.parse("silent:0")})
+    for w in (3, 4):  # rebuild the two leaves with their faults
+        nodes[w].ctx.fault = cluster.faults[w]
+    from codedgd.services.coordinator.dataplane import theta_frames
+    from codedgd.services.framing import parse
+    from codedgd.services.proto import codedgd_pb2 as pb
+    from codedgd.services.wire import COORDINATOR_TENSOR_PATHS
+
+    for raw in theta_frames("j", 0, np.zeros(DIM), {}, CHUNK, deadline=0.3):
+        frame = parse(pb.CoordinatorMessage, raw, COORDINATOR_TENSOR_PATHS)
+        for node in nodes[:3]:
+            node.theta_chunk(frame.message.round, frame.data)
+    await cluster.wait_uploads([1, 2])  # the other level-1 nodes decode as usual
+    await asyncio.sleep(0.6)
+    # worker 0's children are 3, 4, 5: with 3 and 4 silent it cannot decode (needs 2)
+    reports = {(r[0], r[3]) for r in cluster.silent}
+    assert reports == {(0, 3), (0, 4)}
+    assert sorted(_roots(cluster)) == [3, 4]
+    assert not cluster.uploads[0]
+    for node in nodes:
+        node.stop()
+
+
+async def test_a_wrong_shape_push_is_refused_on_arrival_and_blamed_on_its_sender() -> None:
+    """A member of the job pushing a tensor one value short: the receiver refuses it at
+    once (its round unharmed, still waiting for a valid push), and the sender hears that
+    the fault is its own; nothing is reported against the receiver."""
+    n = 3
+    cluster = _Cluster(n)
+    cluster.faults[0] = PeerFault.parse("shape:0")
+    parts = _partitions(n)
+    rings = [
+        RingRounds(
+            cluster.context(w, Computer(LeastSquares(), [parts[w]], np.ones((1, 1)))),
+            n,
+            cluster.error(w),
+        )
+        for w in range(n)
+    ]
+    for w, ring in enumerate(rings):
+        cluster.network[w] = ring.receive
+    bounds = segments(DIM, n)
+    for w, ring in enumerate(rings):
+        ring.begin(0, 0, np.zeros(DIM)[slice(*bounds[w])])
+    for _ in range(100):
+        if cluster.refused:
+            break
+        await asyncio.sleep(0.01)
+    assert cluster.faults[0].fired > 0  # the fault fired
+    sender, peer, why = cluster.refused[0]
+    assert (sender, peer) == (0, 1) and "shape" in why
+    assert not cluster.errors and not cluster.failures  # no one else's round is harmed
+    assert not any(cluster.uploads.values())
+    for ring in rings:
+        ring.stop()
+
+
+async def test_data_too_far_ahead_is_refused() -> None:
+    from codedgd.services.errors import WireError
+    from codedgd.services.worker.peers import peer_frame
+    from codedgd.services.worker.topology import Mailbox, peer_frames
+
+    mailbox = Mailbox()
+    mailbox.expect("reduce", 0, [1], (2,))
+    mailbox.begin(5, 0)
+    for r in (6, 7):  # one and two rounds ahead: kept
+        for raw in peer_frames("j", r, 0, 1, "reduce", "gradient", np.ones(2), 1024):
+            frame = peer_frame(raw)
+            mailbox.put(frame.message, frame.data)
+    frame = peer_frame(next(peer_frames("j", 8, 0, 1, "reduce", "gradient", np.ones(2), 1024)))
+    with pytest.raises(WireError, match="too far ahead"):
+        mailbox.put(frame.message, frame.data)
+    old = peer_frame(next(peer_frames("j", 4, 0, 1, "reduce", "gradient", np.ones(2), 1024)))
+    mailbox.put(old.message, old.data)  # an older round's: dropped, not refused
+    assert mailbox.dropped == 1

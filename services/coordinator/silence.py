@@ -1,0 +1,76 @@
+"""Silent peers: whom to blame when a ring's or a tree's round stops moving.
+
+A worker of a ring or tree that waits for a peer's data longer than the round's deadline
+reports that peer silent (``PeerFailure.silent``) and keeps waiting. A peer that is
+itself waiting for another is silent too (a ring stalls all the way round; a tree's
+parent stalls with its child), so the reports form a who-waits-for-whom graph, and only
+its roots are to blame: a worker reported silent that sent no silent report of its own.
+In a cycle (a ring whose every member waits on the next) there is no root; the link that
+failed is the one waited on longest, so the peers named by the report whose wait began
+first are blamed.
+
+The deadline is derived from measured round times, not guessed: ``factor`` times the
+longest of the job's recent rounds, at least ``minimum`` seconds, at most the job's
+``round_timeout`` (and that until a few rounds have been timed). The coordinator
+resolves a round's reports 1.5 deadlines after θ_t went out, when workers' waits (which
+begin after θ_t arrives) have had time to expire and be reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+COORDINATOR = -1
+RECENT_ROUNDS = 20  # the rounds the deadline is derived from
+TIMED_ROUNDS = 3  # rounds timed before the deadline is derived (round_timeout before)
+RESOLVE_AFTER = 1.5  # deadlines after θ_t went out, the round's reports are resolved
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One wait past the deadline: ``reporter`` (a worker, or COORDINATOR) waits for
+    data from ``peers`` since ``since`` (the coordinator's clock)."""
+
+    reporter: int
+    peers: frozenset[int]
+    since: float
+    what: str  # what was waited for, for the reason given to the blamed
+
+
+def peer_deadline(
+    recent: Iterable[float], factor: float, minimum: float, round_timeout: float
+) -> float:
+    """The round's deadline from the job's ``recent`` round seconds (the last ones)."""
+    timed = list(recent)[-RECENT_ROUNDS:]
+    if len(timed) < TIMED_ROUNDS:
+        return round_timeout
+    longest = max(timed)
+    return min(round_timeout, max(minimum, factor * longest))
+
+
+def silent_roots(stalls: Iterable[Stall], now: float) -> dict[int, str]:
+    """The workers to blame for a stalled round, each with the reason to give.
+
+    A worker is blamed when some wait is for it and it reported no wait of its own;
+    with none such (a cycle of waits), the peers of the wait that began first. The reason
+    names the link: a peer's wait, when one is for the blamed, before the coordinator's.
+    """
+    # Peers' waits first (each names a link), the coordinator's own last; earliest first.
+    stalls = sorted(stalls, key=lambda s: (s.reporter == COORDINATOR, s.since, s.reporter))
+    reporters = {s.reporter for s in stalls}
+    blamed: dict[int, Stall] = {}
+    for stall in stalls:
+        for peer in sorted(stall.peers):
+            if peer not in reporters and peer not in blamed:
+                blamed[peer] = stall
+    if not blamed:
+        first = next((s for s in stalls if s.reporter != COORDINATOR), None)
+        if first is not None:
+            blamed = {peer: first for peer in sorted(first.peers)}
+    return {peer: _reason(stall, now) for peer, stall in blamed.items()}
+
+
+def _reason(stall: Stall, now: float) -> str:
+    who = "the coordinator" if stall.reporter == COORDINATOR else f"worker {stall.reporter}"
+    return f"silent: {who} waited {now - stall.since:.1f} s for its {stall.what}"
