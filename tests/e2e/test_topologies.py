@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from grpc import aio
 
+from codedgd.services.codes.tree import TreeShape
 from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.job import Component, JobConfig
@@ -30,6 +31,7 @@ from tests.e2e.test_training import SYNTH, reference_gd
 
 PEERS = ("--peer-listen", "127.0.0.1:0")
 CODEDREDUCE = Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1})
+CODEDREDUCE_TREE = TreeShape(3, 2, 1)
 
 
 def _config(policy: Component, workers: int, rounds: int, **job: Any) -> JobConfig:
@@ -101,11 +103,23 @@ async def test_codedreduce_leaves_out_exactly_the_workers_a_trace_slows(
     )
     job = await _run(coordinator, config)
     _assert_gd(job, config)
+    tree = CODEDREDUCE_TREE
     for t, record in enumerate(job.records):
         excluded = set(range(12)) - set(record.workers_used)
         assert set(slow[t]) <= excluded, (t, record.workers_used)
         # Every group of three siblings counts two: 2 of level 1, 2 below each of those.
         assert len(record.workers_used) == 2 + 2 * 2
+        # The record names every worker left out, and why.
+        assert set(record.excluded) == excluded
+        for w, why in record.excluded.items():
+            parent = tree.parent(w)
+            if parent == -1:
+                assert why.startswith("cancelled"), (w, why)
+            elif parent in record.workers_used:
+                assert why.startswith(f"left out by worker {parent}: slower"), (w, why)
+            else:
+                assert why == f"below worker {parent}, which the round did without"
+        assert record.attempts == 1 and not record.restarts
 
 
 def _procs_by_name(procs: list[Any]) -> dict[str, Any]:

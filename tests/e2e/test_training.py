@@ -44,6 +44,7 @@ async def test_uncoded_equals_single_process_gradient_descent() -> None:
     expected = reference_gd(config)
     assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
     assert all(r.exact and r.workers_used == (0, 1, 2) for r in run.records)
+    assert all(not r.excluded and r.attempts == 1 for r in run.records)
     losses = [r.loss for r in run.records]
     assert losses[-1] < losses[0] < math.log(2)
 
@@ -62,6 +63,9 @@ async def test_ignore_stragglers_converges_under_exponential_delays() -> None:
     records = run.records
     assert all(len(r.workers_used) == 3 and not r.exact for r in records)
     assert sum(r.cancelled for r in records) >= len(records)  # one straggler cancelled per round
+    for r in records:  # the record names the one left out, and why
+        assert set(r.excluded) == {0, 1, 2, 3} - set(r.workers_used)
+        assert all(why.startswith("cancelled") for why in r.excluded.values()), r.excluded
     assert records[-1].loss < 0.8 * math.log(2)
     assert records[-1].metric > 0.8  # held-out AUC on a learnable synthetic task
 

@@ -1,0 +1,62 @@
+"""A round record's account of who was left out (excluded, attempts, restarts) survives
+every way records travel: result files (JSON, CSV), records.jsonl, and WatchJob's
+RoundReport; files written before these fields existed still read."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from codedgd.services.messages import record_from_pb, record_to_pb
+from codedgd.services.records import RoundRecord, read_results, write_results
+
+
+def _record() -> RoundRecord:
+    return RoundRecord(
+        round=3,
+        wall_seconds=1.0,
+        round_seconds=0.5,
+        wait_seconds=0.4,
+        decode_seconds=0.01,
+        compute_seconds_max=0.1,
+        loss=0.3,
+        metric=0.9,
+        metric_name="auc",
+        workers_used=(0, 1, 3),
+        exact=True,
+        decode_residual=0.0,
+        bytes_up=10,
+        bytes_down=20,
+        uploads=2,
+        computations=4,
+        cancelled=1,
+        late_dropped=0,
+        excluded={2: "left out by worker 0: slower than the 2 siblings it decoded"},
+        attempts=2,
+        restarts=("attempt 0: worker 2 silent: worker 3 waited 7.5 s for its data",),
+    )
+
+
+def test_excluded_attempts_and_restarts_survive_json_csv_and_the_wire(tmp_path: Path) -> None:
+    r = _record()
+    write_results(tmp_path / "r.json", {"job": {}}, [r], {})
+    back = read_results(tmp_path / "r.json")[1][0]
+    assert (back.excluded, back.attempts, back.restarts) == (r.excluded, 2, r.restarts)
+    assert RoundRecord.from_dict(json.loads(json.dumps(r.to_dict()))) == r  # records.jsonl
+    assert record_from_pb(record_to_pb(r, "j")) == r
+    write_results(tmp_path / "r.csv", {}, [r], {})
+    with (tmp_path / "r.csv").open() as fh:
+        row = next(csv.DictReader(fh))
+    assert RoundRecord.from_dict(row).excluded == r.excluded
+    assert json.loads(row["restarts"]) == list(r.restarts)
+
+
+def test_records_of_older_versions_read_with_nobody_excluded_and_one_attempt(
+    tmp_path: Path,
+) -> None:
+    doc = _record().to_dict()
+    for key in ("excluded", "attempts", "restarts"):
+        del doc[key]
+    old = RoundRecord.from_dict(doc)
+    assert (old.excluded, old.attempts, old.restarts) == ({}, 1, ())
