@@ -59,8 +59,26 @@ def _checkout(rev: str, into: Path) -> Path:
     return path
 
 
+def _namespace(tree: Path) -> Path:
+    """A folder holding ``codedgd/{services,client}`` links into the checkout ``tree``.
+
+    codedgd's packages are mapped folders (services/ installs as codedgd.services), and
+    the editable install's finder maps them to the working copy: on PYTHONPATH first,
+    this folder makes ``import codedgd.services`` (in the measuring process and in the
+    worker processes it starts) load the checkout's code instead.
+    """
+    root = tree / ".ab-namespace"
+    package = root / "codedgd"
+    package.mkdir(parents=True, exist_ok=True)
+    for name in ("services", "client"):
+        link = package / name
+        if not link.exists():
+            link.symlink_to(tree / name, target_is_directory=True)
+    return root
+
+
 def _measure(tree: Path, n: int, dim: int, rounds: int, warmup: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": f"{_namespace(tree)}{os.pathsep}{tree}"}
     out = subprocess.run(
         [sys.executable, "-c", _MEASURE, str(n), str(dim), str(rounds), str(warmup)],
         cwd=tree,

@@ -13,13 +13,28 @@ the same rate (and compute calibrated on this machine), so the two can be compar
 Regimes: no injected delay; i.i.d. exponential delays of mean ``--delay`` (at least twice
 a worker's full-data compute time, a gradient over every training row timed on this
 machine as the simulator calibrates it); one random worker a round delayed by three times
-``--delay`` (so at least 2.5 times that compute time).
+``--delay`` (so at least 2.5 times that compute time). ``--policies`` adds the
+communication-efficient star codes at the same s (group-mds and polynomial, s = 1, m = 2:
+half-length messages).
+
+``--sweep M1,M2,...`` runs the exponential regime at each mean instead, for the five
+topology policies, and plots round time against the delay mean (real and simulated), so
+the crossovers show (``--figure``; the numbers go to ``--out``).
+
+``--data amazon`` trains on the real dataset (ℓ = 241,915) instead, and reports each
+exact policy's time to a target loss: the loss gradient descent reaches at round
+``--target-round`` (every exact policy follows the same θ, so they reach it at the same
+round; the time it takes them differs).
 
 Needs root (ip netns, tc). Nothing leaves the namespaces it makes; they are deleted at
 the end (also on Ctrl-C).
 
     sudo python -m bench.bench_shaped                      # 200mbit, ℓ = 250,000 (2 MB)
     sudo python -m bench.bench_shaped --rate 100mbit --rounds 8
+    sudo python -m bench.bench_shaped --policies uncoded,cyclic,group-mds,polynomial
+    sudo python -m bench.bench_shaped --sweep 0,0.25,0.5,1,2 --rounds 6
+    sudo CODEDGD_DATA_DIR=../shared/datasets python -m bench.bench_shaped --data amazon \
+        --rounds 30 --target-round 25 --delay 0.5
 """
 
 from __future__ import annotations
@@ -42,13 +57,21 @@ SUBNET = "10.78.0"
 COORDINATOR_IP = f"{SUBNET}.1"
 N = 12
 WORKER_IPS = [f"{SUBNET}.{11 + i}" for i in range(N)]
-POLICIES = (
-    ("uncoded (star)", Component("uncoded")),
-    ("cyclic s=1", Component("cyclic", {"s": 1})),
-    ("ring-allreduce", Component("ring-allreduce")),
-    ("tree 3x2", Component("tree", {"fanout": 3, "levels": 2})),
-    ("codedreduce 3x2 s=1", Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1})),
-)
+# name → (label, policy)
+ALL_POLICIES = {
+    "uncoded": ("uncoded (star)", Component("uncoded")),
+    "cyclic": ("cyclic s=1", Component("cyclic", {"s": 1})),
+    "group-mds": ("group-mds s=1 m=2", Component("group-mds", {"s": 1, "m": 2})),
+    "polynomial": ("polynomial s=1 m=2", Component("polynomial", {"s": 1, "m": 2})),
+    "ring": ("ring-allreduce", Component("ring-allreduce")),
+    "tree": ("tree 3x2", Component("tree", {"fanout": 3, "levels": 2})),
+    "codedreduce": (
+        "codedreduce 3x2 s=1",
+        Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1}),
+    ),
+}
+TOPOLOGY_POLICIES = "uncoded,cyclic,ring,tree,codedreduce"
+POLICIES = tuple(ALL_POLICIES[name] for name in TOPOLOGY_POLICIES.split(","))
 
 
 def run(*args: str, check: bool = True) -> str:
@@ -148,6 +171,17 @@ def start(hosts: Hosts, logs: Path) -> list[subprocess.Popen[bytes]]:
 
 
 def job(policy: Component, stragglers: Component, args: argparse.Namespace) -> JobConfig:
+    if args.data == "amazon":  # the real problem, as the papers train it
+        return JobConfig(
+            workers=N,
+            rounds=args.rounds,
+            seed=4,
+            data=Component("amazon"),
+            model=Component("logistic", {"l2": 1e-4}),
+            policy=policy,
+            stragglers=stragglers,
+            round_timeout=600,
+        )
     return JobConfig(
         workers=N,
         rounds=args.rounds + args.warmup,
@@ -165,22 +199,30 @@ def job(policy: Component, stragglers: Component, args: argparse.Namespace) -> J
     )
 
 
-# Run in the coordinator's namespace: submit a job (JSON), follow it, keep its round times.
+# Run in the coordinator's namespace: submit a job (JSON), follow it, keep its rounds.
 SUBMIT = r"""
-import asyncio, json, sys
+import asyncio, json, math, sys
 from codedgd.client import Client, JobConfig
 async def follow():
     config = JobConfig.from_json(open(sys.argv[2]).read())
     async with Client(sys.argv[1]) as client:
         job_id = await client.submit(config)
-        seconds = [r.round_seconds async for r in client.watch(job_id)]
-    json.dump(seconds, open(sys.argv[3], "w"))
+        rounds = [
+            [r.round_seconds, r.wall_seconds, None if math.isnan(r.loss) else r.loss]
+            async for r in client.watch(job_id)
+        ]
+    json.dump(rounds, open(sys.argv[3], "w"))
 asyncio.run(follow())
 """
 
 
 def real(hosts: Hosts, config: JobConfig, work: Path, warmup: int) -> float:
     """Mean round seconds of ``config`` on the namespaces (after ``warmup`` rounds)."""
+    return statistics.mean(r[0] for r in real_rounds(hosts, config, work)[warmup:])
+
+
+def real_rounds(hosts: Hosts, config: JobConfig, work: Path) -> list[list[float]]:
+    """[round seconds, wall seconds, loss] of every round of ``config`` on the namespaces."""
     doc, out = work / "job.json", work / "rounds.json"
     doc.write_text(config.to_json())
     done = subprocess.run(
@@ -202,7 +244,8 @@ def real(hosts: Hosts, config: JobConfig, work: Path, warmup: int) -> float:
     )
     if done.returncode != 0:
         raise SystemExit(f"{config.policy.name}: {done.stderr.strip()[-2000:]}")
-    return statistics.mean(json.loads(out.read_text())[warmup:])
+    rounds: list[list[float]] = json.loads(out.read_text())
+    return rounds
 
 
 def simulated(config: JobConfig, rate: float, latency: float, warmup: int, sharing: str) -> float:
@@ -217,6 +260,40 @@ def simulated(config: JobConfig, rate: float, latency: float, warmup: int, shari
     )
     result = simulate(config, cost)
     return statistics.mean(r.round_seconds for r in result.records[warmup:])
+
+
+def time_to_target(rounds: list[list[float]], target: float) -> tuple[float, int] | None:
+    """(wall seconds, round) at which a run's loss first reached ``target``."""
+    for t, (_, wall, loss) in enumerate(rounds):
+        if loss is not None and loss <= target:
+            return wall, t
+    return None
+
+
+def plot_sweep(means: list[float], table: dict[str, dict[str, list[float]]], path: Path) -> None:
+    """Round time against the delay mean, one line per policy (real solid, simulated dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from codedgd.services.report.plots import MARKERS, policy_color
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for i, (label, cells) in enumerate(table.items()):
+        name = label.split()[0]
+        color = policy_color(name if name != "uncoded" else "uncoded")
+        ax.plot(means, cells["real"], color=color, marker=MARKERS[i], label=f"{label} (real)")
+        ax.plot(means, cells["sim"], color=color, linestyle="--", alpha=0.6)
+    ax.set_xlabel("mean of the i.i.d. exponential delay per worker and round (s)")
+    ax.set_ylabel("mean round time (s)")
+    ax.set_title("12 workers, every link shaped; dashed: the simulator (fair links)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -235,24 +312,49 @@ def main() -> None:
         help="seconds: the exponential regime's mean, and a third of the slow worker's delay "
         "(default 0.5: comparable to the star's round on these links)",
     )
+    p.add_argument(
+        "--policies",
+        default=None,
+        help=f"comma-separated, of {', '.join(ALL_POLICIES)} (default: {TOPOLOGY_POLICIES}; "
+        "with --data amazon all of them)",
+    )
+    p.add_argument(
+        "--sweep", default=None, help="comma-separated exponential delay means (seconds)"
+    )
+    p.add_argument("--figure", default="docs/img/topologies-sweep.png", help="--sweep's plot")
+    p.add_argument("--out", default="results/shaped.json", help="the numbers, as JSON")
+    p.add_argument("--data", choices=("synthetic", "amazon"), default="synthetic")
+    p.add_argument(
+        "--target-round",
+        type=int,
+        default=25,
+        help="--data amazon: the target is the loss gradient descent reaches at this round",
+    )
     a = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_shaped needs root (ip netns, tc)")
+    default = ",".join(ALL_POLICIES) if a.data == "amazon" else TOPOLOGY_POLICIES
+    names = (a.policies or default).split(",")
+    unknown = [n for n in names if n not in ALL_POLICIES]
+    if unknown:
+        raise SystemExit(f"--policies: unknown {unknown}; choose from {', '.join(ALL_POLICIES)}")
+    policies = [ALL_POLICIES[n] for n in names]
     from codedgd.services.sim import Simulator
 
     # A worker's full-data gradient on this machine, as the simulator calibrates it.
-    calibration = Simulator(job(POLICIES[0][1], Component("none"), a)).calibration
+    calibration = Simulator(job(policies[0][1], Component("none"), a)).calibration
     assert calibration is not None
     compute = calibration.full_seconds
     delay = max(a.delay, 2 * compute)  # at least twice the compute, as the regimes ask
-    regimes = (
+    regimes = [
         ("no delay", Component("none")),
         (f"Exp delays, mean {delay:.3g} s", Component("exponential", {"mean": delay})),
         (
             f"1 worker/round +{3 * delay:.3g} s",
             Component("fixed", {"count": 1, "delay": 3 * delay}),
         ),
-    )
+    ]
+    means = [float(x) for x in a.sweep.split(",")] if a.sweep else []
     prefix = f"cdgb{os.getpid() % 10000}"
     rate = parse_rate(a.rate)
     work = Path(tempfile.mkdtemp(prefix="bench-shaped-"))
@@ -262,22 +364,76 @@ def main() -> None:
     try:
         procs = start(hosts, work)
         time.sleep(5)
+        dim = 241_915 if a.data == "amazon" else a.dim
         print(
-            f"n = {N}, ℓ = {a.dim:,} ({8 * a.dim / 1e6:.1f} MB), every link {a.rate}, a "
-            f"full-data gradient {compute * 1e3:.0f} ms; mean round seconds: real / simulated "
-            "with first-in-first-out links / simulated with fair sharing\n"
+            f"n = {N}, ℓ = {dim:,} ({8 * dim / 1e6:.1f} MB), every link {a.rate}, a "
+            f"full-data gradient {compute * 1e3:.0f} ms"
         )
-        print("| regime | " + " | ".join(name for name, _ in POLICIES) + " |")
-        print("|---|" + "---:|" * len(POLICIES))
-        for regime, stragglers in regimes:
-            cells = []
-            for _, policy in POLICIES:
-                config = job(policy, stragglers, a)
-                measured = real(hosts, config, work, a.warmup)
-                fifo = simulated(config, rate, a.latency, a.warmup, "fifo")
-                fair = simulated(config, rate, a.latency, a.warmup, "fair")
-                cells.append(f"{measured:.3f} / {fifo:.3f} / {fair:.3f}")
-            print(f"| {regime} | " + " | ".join(cells) + " |", flush=True)
+        if a.data == "amazon":
+            stragglers = Component("exponential", {"mean": delay}) if a.delay else Component("none")
+            results = {}
+            for label, policy in policies:
+                results[label] = real_rounds(hosts, job(policy, stragglers, a), work)
+            reference = results[policies[0][0]]
+            target = reference[min(a.target_round, len(reference) - 1)][2]
+            print(
+                f"\nAmazon, {stragglers.name} delays"
+                + (f" (mean {delay:.3g} s)" if a.delay else "")
+                + f"; target loss {target:.6g} (gradient descent's at round {a.target_round})\n"
+            )
+            print("| policy | mean round (s) | time to target (s) | rounds | vs uncoded |")
+            print("|---|---:|---:|---:|---:|")
+            base = time_to_target(reference, target)
+            for label, rounds in results.items():
+                reached = time_to_target(rounds, target)
+                mean = statistics.mean(r[0] for r in rounds[1:])
+                if reached is None:
+                    print(f"| {label} | {mean:.3f} | not reached | | |")
+                    continue
+                ratio = base[0] / reached[0] if base else float("nan")
+                print(f"| {label} | {mean:.3f} | {reached[0]:.1f} | {reached[1]} | {ratio:.2f}x |")
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(json.dumps({"target": target, "rounds": results}, indent=1))
+        elif means:
+            print("mean round seconds, real / simulated (fair links), by exponential delay mean\n")
+            print("| delay mean (s) | " + " | ".join(label for label, _ in policies) + " |")
+            print("|---|" + "---:|" * len(policies))
+            table: dict[str, dict[str, list[float]]] = {
+                label: {"real": [], "sim": []} for label, _ in policies
+            }
+            for mean in means:
+                stragglers = (
+                    Component("exponential", {"mean": mean}) if mean > 0 else Component("none")
+                )
+                cells = []
+                for label, policy in policies:
+                    config = job(policy, stragglers, a)
+                    measured = real(hosts, config, work, a.warmup)
+                    fair = simulated(config, rate, a.latency, a.warmup, "fair")
+                    table[label]["real"].append(measured)
+                    table[label]["sim"].append(fair)
+                    cells.append(f"{measured:.3f} / {fair:.3f}")
+                print(f"| {mean:g} | " + " | ".join(cells) + " |", flush=True)
+            plot_sweep(means, table, Path(a.figure))
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(json.dumps({"means": means, "rounds": table}, indent=1))
+            print(f"\nfigure: {a.figure}")
+        else:
+            print(
+                "mean round seconds: real / simulated with first-in-first-out links / "
+                "simulated with fair sharing\n"
+            )
+            print("| regime | " + " | ".join(name for name, _ in policies) + " |")
+            print("|---|" + "---:|" * len(policies))
+            for regime, stragglers in regimes:
+                cells = []
+                for _, policy in policies:
+                    config = job(policy, stragglers, a)
+                    measured = real(hosts, config, work, a.warmup)
+                    fifo = simulated(config, rate, a.latency, a.warmup, "fifo")
+                    fair = simulated(config, rate, a.latency, a.warmup, "fair")
+                    cells.append(f"{measured:.3f} / {fifo:.3f} / {fair:.3f}")
+                print(f"| {regime} | " + " | ".join(cells) + " |", flush=True)
     finally:
         for proc in procs:
             proc.terminate()
