@@ -271,25 +271,33 @@ def time_to_target(rounds: list[list[float]], target: float) -> tuple[float, int
 
 
 def plot_sweep(means: list[float], table: dict[str, dict[str, list[float]]], path: Path) -> None:
-    """Round time against the delay mean, one line per policy (real solid, simulated dashed)."""
+    """Round time against the delay mean, one line per policy (real: solid with markers;
+    the simulator: dashed): the whole range, and its start where the lines cross."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from codedgd.services.report.plots import MARKERS, policy_color
+    from codedgd.services.report.plots import MARKERS
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for i, (label, cells) in enumerate(table.items()):
-        name = label.split()[0]
-        color = policy_color(name if name != "uncoded" else "uncoded")
-        ax.plot(means, cells["real"], color=color, marker=MARKERS[i], label=f"{label} (real)")
-        ax.plot(means, cells["sim"], color=color, linestyle="--", alpha=0.6)
-    ax.set_xlabel("mean of the i.i.d. exponential delay per worker and round (s)")
-    ax.set_ylabel("mean round time (s)")
-    ax.set_title("12 workers, every link shaped; dashed: the simulator (fair links)", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    colors = ("#333333", "#2ca02c", "#1f77b4", "#ff7f0e", "#d62728", "#9467bd", "#8c564b")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [3, 2]})
+    for ax, upto in zip(axes, (max(means), 1.0), strict=True):
+        shown = [i for i, m in enumerate(means) if m <= upto]
+        xs = [means[i] for i in shown]
+        for k, (label, cells) in enumerate(table.items()):
+            color = colors[k % len(colors)]
+            ax.plot(xs, [cells["real"][i] for i in shown], color=color, marker=MARKERS[k],
+                    label=label)  # fmt: skip
+            ax.plot(xs, [cells["sim"][i] for i in shown], color=color, linestyle="--",
+                    alpha=0.55)  # fmt: skip
+        ax.set_xlabel("mean of the i.i.d. exponential delay (s)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean round time (s)")
+    axes[0].set_title("12 workers, every link 200 mbit (solid: real; dashed: simulated)",
+                      fontsize=10)  # fmt: skip
+    axes[1].set_title("the start, where the lines cross", fontsize=10)
+    axes[0].legend(fontsize="small")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150)
@@ -330,7 +338,14 @@ def main() -> None:
         default=25,
         help="--data amazon: the target is the loss gradient descent reaches at this round",
     )
+    p.add_argument(
+        "--replot", action="store_true", help="redraw --figure from --out (a --sweep's JSON)"
+    )
     a = p.parse_args()
+    if a.replot:
+        doc = json.loads(Path(a.out).read_text())
+        plot_sweep(doc["means"], doc["rounds"], Path(a.figure))
+        return
     if os.geteuid() != 0:
         raise SystemExit("bench_shaped needs root (ip netns, tc)")
     default = ",".join(ALL_POLICIES) if a.data == "amazon" else TOPOLOGY_POLICIES
