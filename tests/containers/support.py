@@ -358,6 +358,29 @@ def build(tag: str, dockerfile: Path, context: Path) -> None:
     )
 
 
+def compose_image(service: str) -> str:
+    """The image docker-compose.yml gives ``service`` by default (its ``${VAR:-default}``)."""
+    import re
+
+    text = COMPOSE_FILE.read_text()
+    block = text.split(f"\n  {service}:\n", 1)[1]
+    match = re.search(r"image: \$\{\w+:-([^}]+)\}", block)
+    assert match, f"no default image for {service} in {COMPOSE_FILE}"
+    return match.group(1)
+
+
+def ensure_grafana_standin() -> str:
+    """Sandbox-only: Grafana's image cannot be pulled here, so a stand-in
+    (tests/containers/grafana_standin) is built under the very name docker-compose.yml
+    uses, and `compose up` runs as written. Returns that name."""
+    name = compose_image("grafana")
+    if podman("image", "exists", name, check=False).returncode != 0:
+        standin = Path(__file__).resolve().parent / "grafana_standin"
+        ensure_base_images([from_image(standin / "Dockerfile")])
+        build(name, standin / "Dockerfile", standin)
+    return name
+
+
 # The images the suite runs, under the tags test_compose.py also builds.
 APP_IMAGE = "localhost/codedgd:containers-test"
 PROMETHEUS_IMAGE = "localhost/codedgd-prometheus:containers-test"

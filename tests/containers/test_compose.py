@@ -1,9 +1,19 @@
-"""docker-compose.yml for real: podman builds docker/Dockerfile, podman-compose runs the stack.
+"""docker-compose.yml for real, started by the README's own command.
 
-Coordinator + 3 workers + Prometheus (Grafana's image cannot be pulled here: its dashboard
-is checked by asking Prometheus every query of the dashboard JSON). The stack runs the
-default job at start, as `docker compose up` does for users; then a job is submitted with
-the CLI from the host, and the services are stopped with SIGTERM.
+`podman-compose up --build` (the README's `docker compose up --build`, with podman's
+compose), run as written from the checkout, with nothing set: it builds the images, starts
+the coordinator, the 3 workers of `deploy.replicas`, Prometheus and Grafana on their
+default ports, and runs the default job. Then jobs are submitted with the CLI from the
+host, the coordinator container is restarted mid-job, and the services are stopped with
+SIGTERM.
+
+What only this sandbox needs, and the user's machine does not (docs/deployment.md): runc
+and no default ulimits (CONTAINERS_CONF), a Debian base image under the Dockerfiles' FROM
+names, the images first built once with the host network so `--build` finds every layer
+in podman's cache (pip cannot reach the package index from a build here otherwise), and a
+stand-in for Grafana under Grafana's image name (tests/containers/grafana_standin: the
+real image cannot be pulled here; the dashboard's queries are checked against the real
+Prometheus instead).
 
     python -m pytest -m containers tests/containers/test_compose.py
 
@@ -13,8 +23,8 @@ CODEDGD_CONTAINERS_CHART=docs/img/compose-run.png also plots the run from Promet
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -32,9 +42,10 @@ from tests.containers.support import (
     Prometheus,
     build,
     clean_env,
+    compose_image,
     default_job_rounds,
     ensure_base_images,
-    free_port,
+    ensure_grafana_standin,
     from_image,
     podman,
     podman_env,
@@ -46,18 +57,23 @@ from tests.containers.support import (
 
 pytestmark = pytest.mark.containers
 
-WORKERS = 6  # the default job takes 3; ring and codedreduce (fanout 2) jobs all 6
-APP_IMAGE = "localhost/codedgd:containers-test"
-PROMETHEUS_IMAGE = "localhost/codedgd-prometheus:containers-test"
+WORKERS = 3  # deploy.replicas of docker-compose.yml
+# The README's command, with podman's compose for Docker's.
+UP = ("podman-compose", "up", "--build")
+PROJECT = "codedgd"  # docker-compose.yml's `name`
+APP_IMAGE = compose_image("coordinator")  # codedgd:latest
+PROMETHEUS_IMAGE = compose_image("prometheus")  # codedgd-prometheus:latest
+DEFAULT_PORTS = {"coordinator": 50051, "coordinator metrics": 9100, "Prometheus": 9090}
+DEFAULT_PORTS["Grafana"] = 3000
 
 
 @dataclass
 class Stack:
     project: str
     env: dict[str, str]
-    token: str
     coordinator: str  # host:port published on the host
     prometheus: Prometheus
+    grafana: str  # its URL on the host
     started: float
 
     def containers(self, service: str) -> list[str]:
@@ -76,62 +92,57 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def images() -> None:
+    """Sandbox-only: the base images, a first build with the host network (so the
+    README's `--build` finds every layer cached) and Grafana's stand-in."""
     require_tools("podman", "podman-compose")
     app_dockerfile = ROOT / "docker" / "Dockerfile"
     prom_dockerfile = ROOT / "docker" / "prometheus" / "Dockerfile"
     ensure_base_images([from_image(app_dockerfile), from_image(prom_dockerfile)])
     build(APP_IMAGE, app_dockerfile, ROOT)
     build(PROMETHEUS_IMAGE, prom_dockerfile, prom_dockerfile.parent)
-
-
-def _compose(project: str, env: dict[str, str], *args: str, timeout: float = 300) -> str:
-    done = subprocess.run(
-        ["podman-compose", "-p", project, "-f", str(COMPOSE_FILE), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"podman-compose {' '.join(args)}:\n{done.stderr[-3000:]}")
-    return done.stdout
+    ensure_grafana_standin()
 
 
 @pytest.fixture(scope="module")
 def stack(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    project = f"codedgdtest{os.getpid()}"
-    ports = {
-        name: free_port()
-        for name in ("COORDINATOR_PORT", "COORDINATOR_METRICS_PORT", "PROMETHEUS_PORT")
-    }
-    token = secrets.token_hex(16)
-    env = podman_env() | {
-        "CODEDGD_IMAGE": APP_IMAGE,
-        "PROMETHEUS_IMAGE": PROMETHEUS_IMAGE,
-        "PUBLISH_ADDRESS": "127.0.0.1",
-        "GRAFANA_PORT": str(free_port()),
-        "CODEDGD_TOKEN": token,
-        **{k: str(v) for k, v in ports.items()},
-    }
+    """The README's command, as written, in the foreground of a child process."""
+    for what, port in DEFAULT_PORTS.items():
+        if not _port_free(port):
+            pytest.fail(f"port {port} ({what}) is in use: the README's command publishes it")
+    env = podman_env()  # CONTAINERS_CONF (runc, no ulimits): sandbox-only
+    log_dir = tmp_path_factory.mktemp("compose-logs")
     started = time.time()
+    with (log_dir / "podman-compose-up.log").open("wb") as log:
+        up = subprocess.Popen(UP, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _compose(
-            project,
-            env,
-            "up",
-            "-d",
-            "--scale",
-            f"worker={WORKERS}",
-            "coordinator",
-            "worker",
-            "prometheus",
-        )
-        prom = Prometheus(f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}")
-        wait_for(prom.ready, timeout=120, what="Prometheus ready")
-        yield Stack(project, env, token, f"127.0.0.1:{ports['COORDINATOR_PORT']}", prom, started)
+        prom = Prometheus("http://127.0.0.1:9090")
+
+        def ready() -> bool | None:
+            if up.poll() is not None:
+                log_text = (log_dir / "podman-compose-up.log").read_text(errors="replace")
+                pytest.fail(f"`{' '.join(UP)}` ended with {up.returncode}:\n{log_text[-3000:]}")
+            return True if prom.ready() else None
+
+        wait_for(ready, timeout=600, what="Prometheus ready")
+        yield Stack(PROJECT, env, "127.0.0.1:50051", prom, "http://127.0.0.1:3000", started)
     finally:
-        _teardown(project, env, tmp_path_factory.mktemp("compose-logs"))
+        _teardown(PROJECT, env, log_dir)
+        up.terminate()
+        try:
+            up.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _teardown(project: str, env: dict[str, str], log_dir: Path) -> None:
@@ -222,8 +233,8 @@ def test_default_job_runs_to_the_end(stack: Stack) -> None:
     assert prom.value('codedgd_stragglers_total{reason="cancelled"}')
 
 
-def _cli(stack: Stack, *args: str, token: str | None) -> subprocess.CompletedProcess[str]:
-    env = clean_env(**({"CODEDGD_TOKEN": token} if token else {}))
+def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    env = clean_env()
     return subprocess.run(
         [sys.executable, "-m", "codedgd.client.cli", *args, "--coordinator", stack.coordinator],
         env=env,
@@ -236,19 +247,15 @@ def _cli(stack: Stack, *args: str, token: str | None) -> subprocess.CompletedPro
 
 def test_host_cli_submits_a_job(stack: Stack) -> None:
     stack.prometheus.wait_for_jobs_done(1, timeout=300)
-    refused = _cli(stack, "status", token=None)
-    assert refused.returncode == 2
-    assert "token" in refused.stderr
-    # Jobs whose workers push to each other over the compose network (port 50052).
-    for done_jobs, policy in enumerate(
-        (["--policy", "ring-allreduce"], ["--policy", "codedreduce", "--param", "fanout=2"]),
-        start=2,
-    ):
+    # Jobs whose workers push to each other over the compose network (port 50052): a ring
+    # of the 3 workers, and CodedReduce with fanout 3 (one level, s = 1).
+    codedreduce = ["--policy", "codedreduce", "--param", "fanout=3", "--param", "levels=1"]
+    for done_jobs, policy in enumerate((["--policy", "ring-allreduce"], codedreduce), start=2):
         args = ("submit", "-n", str(WORKERS), "-r", "20", *policy, "--watch", "--no-progress")
-        done = _cli(stack, *args, token=stack.token)
+        done = _cli(stack, *args)
         assert done.returncode == 0, done.stderr
         stack.prometheus.wait_for_jobs_done(done_jobs, timeout=120)
-    status = _cli(stack, "status", token=stack.token)
+    status = _cli(stack, "status")
     assert status.stdout.count(": done, ") == 3  # the default job and these two
     assert status.stdout.count(": done, 20/20 rounds done") == 2
     pushed = stack.prometheus.value("sum(codedgd_worker_peer_bytes_sent_total)")
@@ -278,12 +285,12 @@ def test_a_restarted_coordinator_container_resumes_its_job(stack: Stack) -> None
     containers reconnect, and it ends done with every round."""
     # Exponential delays (mean 50 ms) make the 400 rounds last ~30 s: it is mid-job.
     args = ("-n", "3", "-r", "400", "--stragglers", "exponential", "--straggler-opt", "mean=0.05")
-    submitted = _cli(stack, "submit", *args, token=stack.token)
+    submitted = _cli(stack, "submit", *args)
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.split()[0]
 
     def rounds_done() -> int:
-        status = _cli(stack, "status", job_id, token=stack.token)
+        status = _cli(stack, "status", job_id)
         if status.returncode != 0 or "rounds done" not in status.stdout:
             return -1
         return int(status.stdout.split(" rounds done")[0].rsplit(" ", 1)[1].split("/")[0])
@@ -294,14 +301,35 @@ def test_a_restarted_coordinator_container_resumes_its_job(stack: Stack) -> None
     coordinator = stack.containers("coordinator")[0]
     podman("restart", "-t", "30", coordinator)
     wait_for(lambda: True if rounds_done() >= 0 else None, timeout=120, what="it back")
-    watched = _cli(stack, "watch", job_id, "--no-progress", token=stack.token)
+    watched = _cli(stack, "watch", job_id, "--no-progress")
     assert watched.returncode == 0, watched.stderr
-    status = _cli(stack, "status", job_id, token=stack.token)
+    status = _cli(stack, "status", job_id)
     assert f"job {job_id}: done, 400/400 rounds done" in status.stdout, status.stdout
     logs = podman("logs", coordinator, check=False)
     text = logs.stdout + logs.stderr  # both lives of the container
     assert f"job {job_id} interrupted" in text and "resumes it at round" in text
     assert f"job {job_id} (interrupted) will resume at round" in text
+
+
+def test_grafana_gets_the_provisioning_and_the_dashboard_compose_mounts(stack: Stack) -> None:
+    """What compose gives Grafana: the provisioning files and the codedgd dashboard at the
+    paths Grafana reads (served here by the sandbox's stand-in; the dashboard's queries
+    are checked against Prometheus above)."""
+    import urllib.request
+
+    def get(path: str) -> dict[str, object] | None:
+        try:
+            with urllib.request.urlopen(stack.grafana + path, timeout=5) as response:
+                doc: dict[str, object] = json.load(response)
+                return doc
+        except OSError:
+            return None
+
+    health = wait_for(lambda: get("/api/health"), timeout=60, what="Grafana answering")
+    assert health["provisioning"] == ["dashboards/codedgd.yml", "datasources/prometheus.yml"]
+    shipped = json.loads((ROOT / "docker/grafana/dashboards/codedgd.json").read_text())
+    served = get(f"/api/dashboards/uid/{shipped['uid']}")
+    assert served is not None and served["dashboard"] == shipped
 
 
 def test_sigterm_stops_worker_and_coordinator_cleanly(stack: Stack) -> None:
