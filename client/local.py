@@ -68,6 +68,7 @@ class LocalRun:
     error: str
     records: tuple[RoundRecord, ...]
     theta: list[float] | None
+    features: int | None = None  # the data's columns (a network's θ does not tell)
 
 
 async def run_local(
@@ -154,7 +155,7 @@ async def run_local(
                 )
                 server.service.cancel(job.id)
         theta = job.theta.tolist() if job.theta is not None else None
-        result = LocalRun(job.id, job.state, job.error, tuple(job.records), theta)
+        result = LocalRun(job.id, job.state, job.error, tuple(job.records), theta, job.features)
     finally:
         # To the end even if a second Ctrl-C or a SIGTERM cancels us meanwhile: a server
         # left running prints a traceback at exit, and workers would be left behind.

@@ -12,6 +12,7 @@ from typing import Any
 
 from codedgd.services.errors import ConfigError
 from codedgd.services.job import JobConfig
+from codedgd.services.models.neural import export_network
 from codedgd.services.models.saved import SavedModel, model_path, save_model
 from codedgd.services.records import RoundRecord, write_results
 
@@ -118,8 +119,11 @@ def summary_line(s: dict[str, Any]) -> str:
 
 
 def write_model(out: Path, saved: SavedModel) -> Path:
-    """The trained model beside the result files of ``--output`` (x.json → x.model.npz)."""
-    return save_model(model_path(result_paths(out)[0]), saved)
+    """The trained model beside the result files of ``--output`` (x.json → x.model.npz),
+    and a network's PyTorch ``state_dict`` beside it (x.model.pt)."""
+    path = save_model(model_path(result_paths(out)[0]), saved)
+    export_network(path.with_suffix(".pt"), saved)
+    return path
 
 
 def default_output(config: JobConfig, prefix: str = "") -> Path:

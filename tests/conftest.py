@@ -20,6 +20,17 @@ from codedgd.services.security import TOKEN_ENV, Security
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def require_torch() -> object:
+    """torch, for the tests of the neural-network models. The base install is torch-free
+    and its suite passes without it (these tests are skipped); CI installs the extra and
+    sets CODEDGD_REQUIRE_TORCH=1, so there a missing torch fails instead."""
+    if os.environ.get("CODEDGD_REQUIRE_TORCH") == "1":
+        import torch
+
+        return torch
+    return pytest.importorskip("torch", reason="pip install 'codedgd[torch]'")
+
+
 def shared_data_dir() -> Path | None:
     env = os.environ.get("CODEDGD_DATA_DIR")
     candidate = Path(env) if env else ROOT.parent / "shared" / "datasets"

@@ -78,7 +78,7 @@ async def test_a_start_from_a_model_of_another_kind_or_size_is_refused(tmp_path:
     with pytest.raises(CodedGDError, match="holds a 'logistic' model, but the job trains"):
         await run_local(other)
     wider = _config(3, init_from=str(path)).replace(data=Component("synthetic", {"dim": 20}))
-    with pytest.raises(CodedGDError, match="has 12 parameters, but the job's data has 20"):
+    with pytest.raises(CodedGDError, match="has 12 parameters, but the job's model has 20"):
         await run_local(wider)
 
 

@@ -132,6 +132,14 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         "for a lost worker's replacement, --replace-timeout applies instead)",
     )
     g.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="B",
+        help="mini-batch rounds: each round uses a seeded sample of B rows of every "
+        "partition, the same on every worker that holds it (exact codes stay exact on the "
+        "sample), scaled to estimate the full gradient (default 0: every row)",
+    )
+    g.add_argument(
         "--peer-deadline-factor",
         type=float,
         metavar="F",
@@ -191,8 +199,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--data",
         "-d",
-        help="dataset: synthetic (default), lag-synthetic, amazon, covtype, kc-house, file "
-        "(your own: --data-opt path=..., docs/data.md), or an installed plugin's",
+        help="dataset: synthetic (default), lag-synthetic, amazon, covtype, kc-house, "
+        "fashion-mnist (its IDX files; docs/neural.md), file (your own: --data-opt path=..., "
+        "docs/data.md), or an installed plugin's",
     )
     g.add_argument(
         "--data-opt",
@@ -207,7 +216,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--model",
         "-m",
-        help="model: logistic (default), least-squares, or an installed plugin's (docs/data.md)",
+        help="model: logistic (default), least-squares, the PyTorch networks mlp and cnn "
+        "(pip install 'codedgd[torch]'; give --lr; docs/neural.md), or an installed "
+        "plugin's (docs/data.md)",
     )
     g.add_argument(
         "--model-opt",
@@ -265,6 +276,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig:
         ("eval_every", "eval_every"),
         ("round_timeout", "round_timeout"),
         ("replace_timeout", "replace_timeout"),
+        ("batch_size", "batch_size"),
         ("peer_deadline_factor", "peer_deadline_factor"),
         ("peer_deadline_min", "peer_deadline_min"),
         ("spares", "spares"),

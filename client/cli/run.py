@@ -122,6 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(summary_line(summary))
     print(f"results: {json_path} and {csv_path}")
     if result.theta is not None:
-        model = write_model(out, trained_model(config, result.theta, result.records))
+        saved = trained_model(config, result.theta, result.records, result.features)
+        model = write_model(out, saved)
         print(f"model: {model}")
     return 0

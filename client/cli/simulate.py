@@ -238,6 +238,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         f"{result.gradients_skipped} skipped (cancelled)"
     )
     print(f"results: {json_path} and {csv_path}")
-    model = write_model(out, trained_model(config, result.theta, result.records))
+    saved = trained_model(config, result.theta, result.records, result.features)
+    model = write_model(out, saved)
     print(f"model: {model}")
     return 0

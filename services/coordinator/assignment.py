@@ -118,7 +118,7 @@ class Assigner:
         """Queue place ``index``'s Assignment, its partitions' rows and AssignmentEnd."""
         prepared = self.prepared
         plan, ds = prepared.plan, prepared.dataset
-        n, dim = self.config.workers, ds.dim
+        n, dim = self.config.workers, prepared.dim
         wp = plan.workers[index]
         coeff = next(tensor_chunks("coefficients", wp.coefficients.astype(np.float64)))
         # A worker started with --data-dir loads real datasets itself (no data on the

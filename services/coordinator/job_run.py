@@ -44,6 +44,7 @@ from codedgd.services.job.descent import Descent
 from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.job.trained import trained_model
 from codedgd.services.messages import printable
+from codedgd.services.models.neural import export_network
 from codedgd.services.models.saved import save_model
 from codedgd.services.policies.auto import Auto
 from codedgd.services.proto import codedgd_pb2 as pb
@@ -263,6 +264,12 @@ class JobRun:
         return self.stored_theta
 
     @property
+    def features(self) -> int | None:
+        """The data's columns, once the job is prepared (a network's θ does not tell)."""
+        descent = self._descent
+        return descent.prepared.dataset.dim if descent is not None else None
+
+    @property
     def finished(self) -> bool:
         return self.state in FINAL_STATES
 
@@ -356,7 +363,9 @@ class JobRun:
             store.save_job(self.order, self.config, self.state, self.error)
             theta = self.theta
             if theta is not None and self.state != "interrupted":
-                save_model(store.model_path, trained_model(self.config, theta, self.records))
+                saved = trained_model(self.config, theta, self.records, self.features)
+                save_model(store.model_path, saved)
+                export_network(store.model_path.with_suffix(".pt"), saved)
         except OSError as exc:
             log.error("job %s: cannot write its outcome to the state directory: %s", self.id, exc)
 
@@ -376,7 +385,7 @@ class JobRun:
             data.dim,
         )
         n = self.config.workers
-        dim = prepared.dataset.dim
+        dim = prepared.dim
         self.inbox.payload_len = [prepared.plan.payload_length(i, dim) for i in range(n)]
         # One round's results, plus as many held by the policy (lazy rules keep n).
         self.inbox.pool = BufferPool(2 * n + 2)

@@ -452,7 +452,8 @@ class CoordinatorService:
                 f"job {job.id} has no model yet: it has not completed a round ({job.state})",
             )
             return
-        for message in model_messages(trained_model(job.config, theta, job.records)):
+        saved = trained_model(job.config, theta, job.records, job.features)
+        for message in model_messages(saved):
             yield message
 
 
@@ -537,6 +538,24 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
             f"model {config.model.name!r} needs 0/1 labels: use --model least-squares "
             '([model] name = "least-squares")'
         )
+    if task == "multiclass" and model.metric_name in ("auc", "mse"):
+        raise ConfigError(
+            f"dataset {config.data.name!r} has class labels 0..C-1 and model "
+            f"{config.model.name!r} is linear (0/1 labels or real targets): use --model mlp "
+            "or --model cnn (pip install 'codedgd[torch]')"
+        )
+    if model.metric_name == "accuracy" and task == "regression":
+        raise ConfigError(
+            f"dataset {config.data.name!r} is a regression task and model "
+            f"{config.model.name!r} classifies: use --model least-squares"
+        )
+    if config.optimizer.get("lr", "auto") == "auto":
+        try:  # a network (or a plugin) without one is refused now, naming --lr
+            model.smoothness(np.zeros((1, 1)))
+        except ConfigError:
+            raise
+        except Exception:  # a model that needs its real data to answer: checked at start
+            pass
     # The step size, schedule and the rest, checked now rather than when the job starts
     # (L = 1 stands in for the data's smoothness: lr = "auto" is always valid here).
     from codedgd.services.optim import create_optimizer

@@ -40,6 +40,9 @@ DATASETS: dict[str, str] = {
     "split among workers (options: workers, dim, growth, noise)",
     "file": "your own LIBSVM/svmlight, CSV or .npz file or directory of shards (options: "
     "path, format, label, task, delimiter, bias, test_fraction; docs/data.md)",
+    "fashion-mnist": "Fashion-MNIST's IDX files, 10 classes of 28x28 images (options: path, "
+    "default /usr/share/datasets/fashion-mnist from Debian's dataset-fashion-mnist; rows, "
+    "test_rows); for the mlp and cnn models",
 }
 
 # Datasets generated from the seed: never read from disk, so workers always get rows inline.
@@ -104,6 +107,15 @@ def check_dataset_options(
     if name == "file":
         _check_file(options, data_dir)
         return
+    if name == "fashion-mnist":
+        accepted = {"path", "rows", "test_rows"}
+        unknown = set(options) - accepted
+        if unknown:
+            raise ConfigError(
+                f"dataset 'fashion-mnist' has no option(s) {', '.join(sorted(unknown))}; "
+                f"its options: {', '.join(sorted(accepted))}"
+            )
+        return
     if name not in DATASETS:
         plugin = dataset_plugin(name)
         if plugin is None:
@@ -154,6 +166,7 @@ _TASK = {
     "covtype": "classification",
     "kc-house": "regression",
     "lag-synthetic": "regression",
+    "fashion-mnist": "multiclass",
 }
 
 
@@ -178,7 +191,8 @@ def check_owner_partitions(name: str, owners: int, k: int) -> None:
 
 
 def dataset_task(name: str, options: Mapping[str, Any]) -> str:
-    """ "classification" (0/1 labels) or "regression" (real targets): what the data is for."""
+    """ "classification" (0/1 labels), "multiclass" (class indices) or "regression" (real
+    targets): what the data is for."""
     if name in ("synthetic", "file"):
         return str(options.get("task", "classification"))
     if name in _TASK:
@@ -196,6 +210,13 @@ def load_dataset(
     check_dataset_options(name, options, data_dir)
     if name == "file":
         return load_file(seed=seed, data_dir=data_dir, **dict(options))
+    if name == "fashion-mnist":
+        from codedgd.services.data.idx import load_fashion_mnist
+
+        try:
+            return load_fashion_mnist(seed=seed, **dict(options))
+        except TypeError as exc:
+            raise ConfigError(f"fashion-mnist dataset: {exc}") from None
     if name not in DATASETS:
         plugin = dataset_plugin(name)
         return load_plugin_dataset(name, plugin, options, seed)

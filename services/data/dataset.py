@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from codedgd.services.errors import DataError
 
 Matrix: TypeAlias = np.ndarray | sp.csr_matrix
-Task: TypeAlias = Literal["classification", "regression"]
+Task: TypeAlias = Literal["classification", "regression", "multiclass"]
 
 # Assignment option key (followed by the partition index) carrying a partition's fingerprint.
 FINGERPRINT_PREFIX = "data.fingerprint."
@@ -19,7 +19,8 @@ FINGERPRINT_PREFIX = "data.fingerprint."
 
 @dataclass(frozen=True)
 class Dataset:
-    """A train/test split. Labels are {0, 1} floats for classification."""
+    """A train/test split. Labels are {0, 1} floats for classification, class indices
+    0..C−1 (as floats) for multiclass."""
 
     name: str
     task: Task

@@ -91,6 +91,10 @@ class JobConfig:
     # peer_deadline_seconds in the .proto).
     peer_deadline_factor: float = 10.0
     peer_deadline_min: float = 5.0
+    # Mini-batch rounds: each round uses a seeded sample of this many rows of every
+    # partition (the same on every worker holding it; codedgd.services.compute.batches),
+    # scaled to estimate the partition's full sum. 0: every row, every round.
+    batch_size: int = 0
     data: Component = field(default_factory=lambda: Component("synthetic"))
     model: Component = field(default_factory=lambda: Component("logistic", {"l2": 1e-4}))
     policy: Component = field(default_factory=lambda: Component("uncoded"))
@@ -104,6 +108,7 @@ class JobConfig:
         _check_int("job.partitions", self.partitions, minimum=0)
         _check_int("job.eval_every", self.eval_every, minimum=1)
         _check_int("job.spares", self.spares, minimum=0)
+        _check_int("job.batch_size", self.batch_size, minimum=0)
         if (
             isinstance(self.round_timeout, bool)
             or not isinstance(self.round_timeout, int | float)
@@ -191,6 +196,8 @@ class JobConfig:
             job["peer_deadline_factor"] = self.peer_deadline_factor
         if self.peer_deadline_min != 5.0:
             job["peer_deadline_min"] = self.peer_deadline_min
+        if self.batch_size:
+            job["batch_size"] = self.batch_size
         return {
             "job": job,
             "data": self.data.to_dict(),
@@ -230,6 +237,7 @@ class JobConfig:
             "max_norm_ratio",
             "peer_deadline_factor",
             "peer_deadline_min",
+            "batch_size",
         }
         bad = set(job) - known_job
         if bad:
@@ -251,6 +259,7 @@ class JobConfig:
             max_norm_ratio=job.get("max_norm_ratio", 0.0),
             peer_deadline_factor=job.get("peer_deadline_factor", 10.0),
             peer_deadline_min=job.get("peer_deadline_min", 5.0),
+            batch_size=job.get("batch_size", 0),
             data=_component(doc, "data", "synthetic"),
             model=_component(doc, "model", "logistic", {"l2": 1e-4}),
             policy=_component(doc, "policy", "uncoded"),

@@ -18,7 +18,8 @@ from codedgd.services.data import check_owner_partitions, load_dataset
 from codedgd.services.data.dataset import Dataset, Matrix, partition_rows, take_rows
 from codedgd.services.errors import ConfigError
 from codedgd.services.job.config import JobConfig
-from codedgd.services.models import create_model, objective_smoothness
+from codedgd.services.models import create_model, objective_smoothness, parameter_count
+from codedgd.services.models import initial_theta as model_theta0
 from codedgd.services.models.base import Model
 from codedgd.services.models.saved import load_model
 from codedgd.services.optim import create_optimizer
@@ -36,7 +37,12 @@ class Prepared:
     plan: Plan
     blocks: list[np.ndarray]  # partition p's row indices into the training set
     lr: float
-    theta0: np.ndarray  # where the descent starts: zeros, or job.init_from's θ
+    theta0: np.ndarray  # where the descent starts: the model's θ₀, or job.init_from's θ
+
+    @property
+    def dim(self) -> int:
+        """θ's length: the data's features for a linear model, a network's parameters."""
+        return int(self.theta0.shape[0])
 
 
 def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
@@ -59,9 +65,9 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
         blocks = partition_rows(dataset.n_train, k, config.seed)
     lr = choose_lr(config, model, dataset.X_train)
     policy.bind(_context(config, model, dataset, blocks, lr))
-    theta0 = np.zeros(dataset.dim)
+    theta0 = model_theta0(model, dataset.dim, config.seed)
     if config.init_from is not None:
-        theta0 = initial_theta(config, dataset.dim)
+        theta0 = initial_theta(config, parameter_count(model, dataset.dim))
     return Prepared(dataset, model, policy, plan, blocks, lr, theta0)
 
 
@@ -93,8 +99,8 @@ def initial_theta(config: JobConfig, dim: int | None = None) -> np.ndarray:
         )
     if dim is not None and saved.dim != dim:
         raise ConfigError(
-            f"job.init_from {config.init_from} has {saved.dim} parameters, but the job's data "
-            f"has {dim} features: start from a model trained on the same features"
+            f"job.init_from {config.init_from} has {saved.dim} parameters, but the job's model "
+            f"has {dim}: start from a model trained on the same features"
         )
     return np.array(saved.theta, dtype=np.float64)
 

@@ -14,9 +14,13 @@ from codedgd.services.records import RoundRecord
 
 
 def trained_model(
-    config: JobConfig, theta: np.ndarray | Sequence[float], records: Sequence[RoundRecord]
+    config: JobConfig,
+    theta: np.ndarray | Sequence[float],
+    records: Sequence[RoundRecord],
+    features: int | None = None,
 ) -> SavedModel:
-    """θ after the job's last round, with the job that made it and how far it got."""
+    """θ after the job's last round, with the job that made it and how far it got
+    (``features``: the data's columns, which a network's θ does not tell)."""
     # From the end: the last round is always evaluated, and a long job's older records
     # are on disk (RecordLog), not to be read back for this.
     last = next((r for r in reversed(records) if not math.isnan(r.loss)), None)
@@ -34,4 +38,5 @@ def trained_model(
         metric=last.metric if last else None,
         metric_name=last.metric_name if last else "",
         job=config.to_dict(),
+        features=features,
     )

@@ -1,9 +1,14 @@
 """Gradient oracles by name, and the training objective the coordinator reports.
 
 Users pick a model with ``[model] name = "logistic"`` and its options (``l2``);
-:func:`create_model` checks both and names the valid choices on a mistake. Installed
-packages add models through the ``codedgd.models`` entry points
-(:mod:`codedgd.services.models.plugin`, docs/data.md).
+:func:`create_model` checks both and names the valid choices on a mistake. The neural
+networks ``mlp`` and ``cnn`` run on PyTorch (:mod:`codedgd.services.models.neural`, the
+``codedgd[torch]`` extra). Installed packages add models through the ``codedgd.models``
+entry points (:mod:`codedgd.services.models.plugin`, docs/data.md).
+
+θ's length and starting point are the model's: a linear model has one parameter per
+feature and starts at zero; a network has its own parameter count and seeded
+initialisation (:func:`parameter_count`, :func:`initial_theta`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from codedgd.services.errors import ConfigError
 from codedgd.services.models.base import Model
 from codedgd.services.models.least_squares import LeastSquares
 from codedgd.services.models.logistic import LogisticRegression, roc_auc
+from codedgd.services.models.neural import NETWORKS
 from codedgd.services.models.plugin import PluginModel
 
 __all__ = [
@@ -34,15 +40,18 @@ __all__ = [
     "LogisticRegression",
     "Model",
     "create_model",
+    "initial_theta",
     "model_names",
     "objective",
     "objective_smoothness",
+    "parameter_count",
     "roc_auc",
 ]
 
 MODELS: dict[str, str] = {
     "logistic": "binary logistic regression, labels {0,1}; metric ROC AUC (higher is better)",
     "least-squares": "linear least squares ½Σ(xᵀθ − y)²; metric MSE (lower is better)",
+    **NETWORKS,
 }
 
 _CLASSES: dict[str, type[LogisticRegression] | type[LeastSquares]] = {
@@ -65,6 +74,10 @@ def create_model(name: str, options: Mapping[str, Any] | None = None) -> Model:
     A name that is not built in is looked up among the ``codedgd.models`` plugins; a
     plugin's other options go to its constructor.
     """
+    if name in NETWORKS:
+        from codedgd.services.models.neural import NeuralNetwork
+
+        return cast(Model, NeuralNetwork(name, dict(options or {})))
     cls = _CLASSES.get(name)
     if cls is None:
         return _plugin_model(str(name), dict(options or {}))
@@ -111,6 +124,22 @@ def _nonnegative_float(model: str, key: str, value: Any) -> float:
     if not (math.isfinite(number) and number >= 0.0):
         raise ConfigError(f"model {model!r}: {key} must be a finite number >= 0, got {value!r}")
     return number
+
+
+def parameter_count(model: Model, features: int) -> int:
+    """θ's length for data of ``features`` columns: the model's own count (a network's
+    parameters), else one per feature."""
+    count = getattr(model, "parameter_count", None)
+    return int(count(features)) if callable(count) else int(features)
+
+
+def initial_theta(model: Model, features: int, seed: int) -> np.ndarray:
+    """Where the descent starts: the model's own seeded θ₀ (a network's initial
+    weights), else zeros."""
+    start = getattr(model, "initial_theta", None)
+    if callable(start):
+        return np.asarray(start(features, seed), dtype=np.float64)
+    return np.zeros(parameter_count(model, features))
 
 
 def objective(model: Model, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:

@@ -15,7 +15,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from codedgd.services.data.dataset import Matrix
-from codedgd.services.models.block import BlockGradient
+from codedgd.services.models.block import GradientBlock
 
 
 class Model(Protocol):
@@ -32,7 +32,7 @@ class Model(Protocol):
         """Σ_i ∇ℓ(x_i, y_i; θ) over the rows of X, float64, length dim (no L2 term)."""
         ...
 
-    def block(self, X: Matrix, y: np.ndarray) -> BlockGradient:
+    def block(self, X: Matrix, y: np.ndarray) -> GradientBlock:
         """``grad_sum`` over these fixed rows for any θ, the data checked once (here).
 
         A worker binds each of its partitions once per job: a bad label or shape is

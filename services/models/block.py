@@ -28,6 +28,7 @@ dense C-ordered X it is one BLAS gemv with the transpose flag.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -36,6 +37,18 @@ from codedgd.services.errors import DataError
 
 # Overwrites z = Xθ with the residual r (same length as y), in place.
 Link = Callable[[np.ndarray, np.ndarray], None]
+
+
+class GradientBlock(Protocol):
+    """What a model's ``block(X, y)`` returns: the gradient sum over fixed rows."""
+
+    def grad_sum(self, theta: np.ndarray) -> np.ndarray:
+        """Σ_i ∇ℓ(x_i, y_i; θ) over every row, float64 (no L2 term)."""
+        ...
+
+    def grad_sum_rows(self, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The same over the rows ``rows`` only (a round's mini-batch sample)."""
+        ...
 
 
 class BlockGradient:
@@ -73,6 +86,19 @@ class BlockGradient:
         z = np.asarray(self.X @ theta, dtype=np.float64).reshape(-1)  # fresh: overwritten
         self._link(z, self.y)
         return np.asarray(self._XT @ z, dtype=np.float64).reshape(-1)
+
+    def grad_sum_rows(self, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Σ_i ∇ℓ(x_i, y_i; θ) over the rows ``rows`` only (a round's mini-batch sample)."""
+        theta = np.asarray(theta, dtype=np.float64)
+        if theta.shape != (self._dim,):
+            raise DataError(
+                f"θ has shape {theta.shape} but the data has {self._dim} features: "
+                "the model, checkpoint and dataset must agree on the dimension"
+            )
+        X = self.X[rows]
+        z = np.asarray(X @ theta, dtype=np.float64).reshape(-1)
+        self._link(z, self.y[rows])
+        return np.asarray(X.T @ z, dtype=np.float64).reshape(-1)
 
     def weighted_grad_sum(self, theta: np.ndarray, row_weights: np.ndarray) -> np.ndarray:
         """Σ_i w_i ∇ℓ(x_i, y_i; θ): the weighted sum the vectorized simulator decodes to.

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from codedgd.services.data.dataset import Matrix
+from codedgd.services.data.dataset import Matrix, take_rows
 from codedgd.services.errors import ConfigError, DataError
 
 REQUIRED = ("loss_sum", "grad_sum", "metric")
@@ -111,3 +111,7 @@ class _Block:
         if self._inner is not None:
             return self._model._checked(self._inner.grad_sum(theta), self.dim)
         return self._model.grad_sum(theta, self.X, self.y)
+
+    def grad_sum_rows(self, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The plugin's grad_sum over the rows ``rows`` only (a mini-batch sample)."""
+        return self._model.grad_sum(theta, take_rows(self.X, rows), self.y[rows])

@@ -8,7 +8,8 @@ The file is a NumPy ``.npz`` archive (a zip of ``.npy`` arrays, readable with
 
   ``format``      ``"codedgd.model.v1"``
   ``model``       ``{"name": ..., "options": {...}}`` (e.g. logistic with its l2)
-  ``dim``         the number of parameters (= features; no bias term)
+  ``dim``         the number of parameters (= features for the linear models, no bias term)
+  ``features``    the data's columns the model takes (a network's input size; optional)
   ``task``        ``"classification"`` (labels 0/1; predictions are P(y = 1)) or ``"regression"``
   ``dataset``     ``{"name": ..., "options": {...}}`` it was trained on, and its ``seed``
   ``rounds``      rounds trained; ``loss``, ``metric``, ``metric_name``: the last evaluated
@@ -50,6 +51,7 @@ class SavedModel:
     metric: float | None = None
     metric_name: str = ""
     job: dict[str, Any] = field(default_factory=dict)
+    features: int | None = None  # the data's columns (None: as many as parameters)
 
     @property
     def dim(self) -> int:
@@ -68,6 +70,7 @@ class SavedModel:
             "metric_name": self.metric_name,
             "job": self.job,
             "theta_sha256": _digest(self.theta),
+            **({"features": self.features} if self.features is not None else {}),
         }
 
     @staticmethod
@@ -100,6 +103,7 @@ class SavedModel:
                 metric=meta.get("metric"),
                 metric_name=str(meta.get("metric_name", "")),
                 job=dict(meta.get("job") or {}),
+                features=int(meta["features"]) if meta.get("features") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{source}: the model's description is incomplete ({exc})") from None

@@ -79,6 +79,7 @@ class SimulationResult:
     gradients_computed: int  # Computer.compute calls made
     gradients_skipped: int  # contacted workers whose result was never needed
     elapsed_seconds: float  # real time the simulation took
+    features: int | None = None  # the data's columns (a network's θ does not tell)
 
 
 RoundCallback = Callable[[RoundRecord, np.ndarray], None]
@@ -130,17 +131,19 @@ class Simulator:
             seed=config.seed,
             n_workers=config.workers,
         )
+        batch = config.batch_size  # a round's rows of a partition: its sample, or all
+
+        def rows(p: int) -> int:
+            n_p = int(self.prepared.blocks[p].shape[0])
+            return min(batch, n_p) if batch else n_p
+
         self.rows_held = np.array(
-            [
-                sum(int(self.prepared.blocks[p].shape[0]) for p in wp.partitions)
-                for wp in plan.workers
-            ],
-            dtype=np.float64,
+            [sum(rows(p) for p in wp.partitions) for wp in plan.workers], dtype=np.float64
         )
         self.parts_held = np.array([len(wp.partitions) for wp in plan.workers], dtype=np.float64)
         self.loads = np.array([plan.load(w) for w in range(config.workers)])
         self.payload_bytes = [
-            FLOAT_BYTES * plan.payload_length(w, ds.dim) for w in range(config.workers)
+            FLOAT_BYTES * plan.payload_length(w, self.prepared.dim) for w in range(config.workers)
         ]
         cost = cost if cost is not None else CostModel()
         self.calibration: Calibration | None = None
@@ -152,7 +155,7 @@ class Simulator:
                 ds.X_train,
                 ds.y_train,
                 self.prepared.blocks[0],
-                np.zeros(ds.dim),
+                self.prepared.theta0,
             )
             cost = cost.replace(
                 seconds_per_sample=cost.seconds_per_sample
@@ -184,9 +187,12 @@ class Simulator:
                 [rows[p] for p in wp.partitions],
                 wp.coefficients.astype(np.float64),
                 dict(wp.options),
+                batch_size=config.batch_size,
+                seed=config.seed,
             )
             for wp in plan.workers
         ]
+        self.current_round = 0  # the round being simulated (mini-batch samples depend on it)
         # The workers' lag-wk memory, exactly as in the worker agent.
         self.lazy = [LazyUploader() for _ in range(config.workers)]
         # Places lost to a crash, and the crashed workers coming back to take them.
@@ -212,9 +218,9 @@ class Simulator:
     ) -> SimulationResult:
         started = time.perf_counter()
         cfg, prepared, cost = self.config, self.prepared, self.cost
-        ds, model = prepared.dataset, prepared.model
+        model = prepared.model
         descent = Descent(cfg, prepared)
-        theta_bytes = FLOAT_BYTES * ds.dim
+        theta_bytes = FLOAT_BYTES * prepared.dim
         compute_model = self.modelled_compute()
         records: list[RoundRecord] = []
         wall = 0.0
@@ -223,6 +229,7 @@ class Simulator:
             point = descent.point()
             if prepared.policy.adapts:
                 prepared.policy.between_rounds(t, point)
+            self.current_round = t
             out = self._round(t, point, wall, compute_model, theta_bytes)
             note = prepared.policy.round_note()
             estimate = out.estimate
@@ -285,6 +292,7 @@ class Simulator:
             gradients_computed=self.computed,
             gradients_skipped=self.skipped,
             elapsed_seconds=time.perf_counter() - started,
+            features=prepared.dataset.dim,
         )
 
     # ------------------------------------------------------------ one round
@@ -478,7 +486,7 @@ class Simulator:
 
         def message(w: int) -> np.ndarray:
             if w not in messages:
-                result = self.computers[w].compute(point)
+                result = self.computers[w].compute(point, None, t)
                 self.computed += 1
                 messages[w], measured[w] = result.payload, result.seconds
             return messages[w]
@@ -515,13 +523,13 @@ class Simulator:
 
     def _compute_payload(self, w: int, point: np.ndarray) -> np.ndarray:
         self.computed += 1
-        return self.computers[w].compute(point).payload
+        return self.computers[w].compute(point, None, self.current_round).payload
 
     def _compute_now(
         self, w: int, point: np.ndarray, payloads: dict[int, np.ndarray], modelled: float
     ) -> float:
         """Compute w's message now; its compute seconds (measured, or ``modelled``)."""
-        result = self.computers[w].compute(point)
+        result = self.computers[w].compute(point, None, self.current_round)
         self.computed += 1
         payloads[w] = result.payload
         return result.seconds if self.cost.compute == "measured" else modelled

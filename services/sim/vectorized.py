@@ -56,6 +56,8 @@ def not_vectorizable(config: JobConfig, prepared: Prepared, cost: CostModel) -> 
         return "the straggler model crashes workers (replacements are played event by event)"
     if cost.compute == "measured":
         return 'compute = "measured" times every worker\'s real gradient'
+    if config.batch_size:
+        return "its rounds use mini-batches (job.batch_size), sampled round by round"
     return ""
 
 
@@ -112,7 +114,7 @@ class VectorizedSimulator(Simulator):
     def _timed_decode(self, repeats: int = 5) -> float:
         """Median seconds of the policy's real decode after a random order of arrivals."""
         policy, plan = self.prepared.policy, self.prepared.plan
-        dim = self.prepared.dataset.dim
+        dim = self.prepared.dim
         rng = np.random.default_rng([self.config.seed, 0x64656364])  # "decd"
         payloads = [rng.standard_normal(plan.payload_length(w, dim)) for w in range(plan.n_workers)]
         times = []
@@ -184,7 +186,7 @@ class VectorizedSimulator(Simulator):
             row_weights = np.append(weights, 0.0)[self._owner]
             return self._whole.weighted_grad_sum(theta, row_weights)
         assert self._parts is not None
-        out = np.zeros(self.prepared.dataset.dim)
+        out = np.zeros(self.prepared.dim)
         for p in np.flatnonzero(weights):
             out += weights[p] * self._parts[int(p)].grad_sum(theta)
         return out

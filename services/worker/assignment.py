@@ -66,7 +66,15 @@ def build(
         seed=config.seed,
         n_workers=int(a.n_workers),
     )
-    return Computer(model, parts, coefficients, dict(a.options)), straggler
+    computer = Computer(
+        model,
+        parts,
+        coefficients,
+        dict(a.options),
+        batch_size=config.batch_size,
+        seed=config.seed,
+    )
+    return computer, straggler
 
 
 def partition_from_arrays(arrays: dict[tuple[int, str], np.ndarray], p: int) -> PartitionRows:

@@ -360,7 +360,7 @@ class Rounds:
         # such per-round overhead).
         computer = job.computer
         try:
-            result = computer.compute(theta, cancel)
+            result = computer.compute(theta, cancel, round_)
         except Cancelled:
             return
         except Exception as exc:
@@ -392,7 +392,7 @@ class Rounds:
         computer = job.computer
         assert computer is not None
         try:
-            result = await asyncio.to_thread(computer.compute, theta, cancel)
+            result = await asyncio.to_thread(computer.compute, theta, cancel, round_)
         except Cancelled:
             return
         except Exception as exc:

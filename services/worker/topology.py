@@ -133,7 +133,7 @@ class TopologyContext:
 
     async def compute(self, round_: int, theta: np.ndarray, cancel: CancelFlag) -> ComputeResult:
         """This worker's own message at θ (in a thread), then its straggler delay."""
-        result = await asyncio.to_thread(self.computer.compute, theta, cancel)
+        result = await asyncio.to_thread(self.computer.compute, theta, cancel, round_)
         self.stats.rounds_computed += 1
         self.stats.compute_seconds_total += result.seconds
         if self.straggler is not None:

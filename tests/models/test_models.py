@@ -179,7 +179,7 @@ def test_objective_adds_l2_and_averages() -> None:
 
 
 def test_registry_and_errors() -> None:
-    assert set(MODELS) == {"logistic", "least-squares"}
+    assert set(MODELS) == {"logistic", "least-squares", "mlp", "cnn"}
     assert isinstance(create_model("least-squares", {"l2": 0}), LeastSquares)
     with pytest.raises(ConfigError, match="least-squares"):
         create_model("least_squares", {})

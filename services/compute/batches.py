@@ -1,0 +1,61 @@
+"""Mini-batch rounds: which rows of a partition a round uses (``job.batch_size``).
+
+With ``batch_size`` B > 0, round t uses a sample of B rows of each partition p (all of
+them when p has B or fewer) instead of all its rows, and every worker that holds p takes
+the *same* sample, so an exact code stays exact with respect to the sampled batch. The
+partition's sampled gradient sum is scaled by n_p / B (n_p: p's rows), an unbiased
+estimate of its full sum, so the coordinator divides by the training rows N as always.
+
+The sample is defined in integers any language reproduces (the wire contract repeats
+it): with SplitMix64 (Steele, Lea and Flood's generator's output function, below),
+
+    key   = splitmix64(splitmix64(splitmix64(seed) XOR t) XOR p)
+    r_i   = splitmix64(key XOR i)        for each row i = 0..n_p−1 of the partition
+    rows  = the B rows of smallest r_i (ties to the smaller i), in ascending order of i
+
+where rows are numbered in the order the partition's rows were sent (PartitionData) and
+all arithmetic is modulo 2^64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def splitmix64(x: np.ndarray | np.uint64 | int) -> np.ndarray:
+    """SplitMix64's output for state ``x`` (elementwise, uint64, modulo 2^64)."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
+
+
+def batch_key(seed: int, round_: int, partition: int) -> np.uint64:
+    """The key of (seed, round, partition): splitmix64(splitmix64(splitmix64(seed) ^ t) ^ p)."""
+    k = splitmix64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF))
+    k = splitmix64(k ^ np.uint64(round_))
+    return np.uint64(splitmix64(k ^ np.uint64(partition)))
+
+
+def batch_rows(
+    seed: int, round_: int, partition: int, n_rows: int, batch: int
+) -> np.ndarray | None:
+    """The rows (ascending) of a partition of ``n_rows`` that round ``round_`` uses, or None
+    for all of them (``batch`` <= 0, or not fewer than ``n_rows``)."""
+    if batch <= 0 or batch >= n_rows:
+        return None
+    r = splitmix64(batch_key(seed, round_, partition) ^ np.arange(n_rows, dtype=np.uint64))
+    # The batch smallest r_i; a stable sort breaks ties by row (argpartition alone would not).
+    chosen = np.argsort(r, kind="stable")[:batch]
+    return np.sort(chosen).astype(np.int64)
+
+
+def batch_scale(n_rows: int, rows: np.ndarray | None) -> float:
+    """n_p / B: what a partition's sampled sum is multiplied by (1 for all its rows)."""
+    return 1.0 if rows is None or n_rows == 0 else n_rows / int(rows.shape[0])
