@@ -380,8 +380,12 @@ class RoundLoop:
                     silence_at = loop.time() + (RESOLVE_AFTER - 1) * deadline
                     continue
                 if replace_by is not None:  # no replacement in time
+                    lost = "".join(
+                        f"worker {w} {why}; " for w, why in sorted(self._lost_why.items())
+                    )
                     raise JobFailed(
                         no_replacement_message(t, sorted(vacant), self.config.replace_timeout)
+                        + lost
                         + self._infeasible_message(t, policy)
                     ) from None
                 raise JobFailed(

@@ -28,7 +28,7 @@ from codedgd.services.data.plugins import (
     unknown_name,
 )
 from codedgd.services.errors import ConfigError
-from codedgd.services.models.base import Model
+from codedgd.services.models.base import Model, refuse_unknown_options
 from codedgd.services.models.least_squares import LeastSquares
 from codedgd.services.models.logistic import LogisticRegression, roc_auc
 from codedgd.services.models.neural import NETWORKS
@@ -82,13 +82,7 @@ def create_model(name: str, options: Mapping[str, Any] | None = None) -> Model:
     if cls is None:
         return _plugin_model(str(name), dict(options or {}))
     opts = dict(options or {})
-    unknown = sorted(set(opts) - set(_OPTIONS))
-    if unknown:
-        valid = "; ".join(f"{k}: {v}" for k, v in _OPTIONS.items())
-        raise ConfigError(
-            f"model {name!r} has no option(s) {', '.join(map(repr, unknown))}; "
-            f"valid options: {valid}"
-        )
+    refuse_unknown_options(name, opts, _OPTIONS)
     l2 = _nonnegative_float(name, "l2", opts.get("l2", 0.0))
     return cls(l2=l2)
 

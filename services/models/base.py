@@ -10,11 +10,13 @@ and the L2 term is applied by the coordinator, never by workers.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from codedgd.services.data.dataset import Matrix
+from codedgd.services.errors import ConfigError
 from codedgd.services.models.block import GradientBlock
 
 
@@ -51,3 +53,16 @@ class Model(Protocol):
     def smoothness(self, X: Matrix) -> float:
         """A smoothness constant L of the data term Σ_i ℓ (for step sizes and LAG)."""
         ...
+
+
+def refuse_unknown_options(
+    model: str, options: Mapping[str, Any], valid: Mapping[str, str]
+) -> None:
+    """A ConfigError naming the options ``model`` does not have, and every one it has."""
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        listed = "; ".join(f"{k}: {v}" for k, v in valid.items())
+        raise ConfigError(
+            f"model {model!r} has no option(s) {', '.join(map(repr, unknown))}; "
+            f"valid options: {listed}"
+        )

@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from codedgd.services.data.dataset import Matrix
 from codedgd.services.errors import ConfigError, DataError
 from codedgd.services.files import atomic_open
+from codedgd.services.models.base import refuse_unknown_options
 from codedgd.services.models.saved import SavedModel
 
 NETWORKS: dict[str, str] = {
@@ -86,13 +87,7 @@ class NeuralNetwork:
         if name not in NETWORKS:
             raise ConfigError(f"unknown network {name!r}; choose from {', '.join(NETWORKS)}")
         opts = dict(options or {})
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            valid = "; ".join(f"{k}: {v}" for k, v in OPTIONS.items())
-            raise ConfigError(
-                f"model {name!r} has no option(s) {', '.join(map(repr, unknown))}; "
-                f"valid options: {valid}"
-            )
+        refuse_unknown_options(name, opts, OPTIONS)
         self.name = name
         self.classes = _int_option(name, opts, "classes", 10, 2)
         self.hidden = _int_option(name, opts, "hidden", 128, 1)

@@ -86,11 +86,14 @@ async def test_an_mlp_learns_the_real_fashion_mnist_under_a_coded_policy() -> No
         seed=0,
         eval_every=50,
         data=Component("fashion-mnist"),
-        model=Component("mlp", {"hidden": 64}),
+        # float64 and a moderate step: which workers' results a round decodes changes the
+        # sums' rounding, and float32 at a large step lets that grow into a different
+        # trajectory (0.67-0.81 final accuracy seen at lr 0.5); here runs agree to 0.3 %.
+        model=Component("mlp", {"hidden": 64, "dtype": "float64"}),
         policy=Component("cyclic", {"s": 1}),
-        optimizer={"lr": 0.5},
+        optimizer={"lr": 0.2},
         batch_size=100,
     )
     run = await run_local(config)
     assert run.state == "done", run.error
-    assert run.records[-1].metric > 0.75  # held-out accuracy on the 10,000 test images
+    assert run.records[-1].metric > 0.75  # held-out accuracy on the 10,000 test images (0.80)

@@ -338,3 +338,34 @@ async def test_a_member_pushing_the_wrong_shape_is_released_not_its_receiver(
     bad.terminate()  # (the coordinator runs on this event loop: wait off it)
     _, err = await asyncio.to_thread(bad.communicate, timeout=30)
     assert b"TEST INSTRUMENT --peer-fault shape:3 fired" in err  # the fault fired
+
+
+@pytest.mark.parametrize("spare", [False, True], ids=["no-spare", "spare"])
+async def test_an_advertised_peer_address_nobody_can_reach_is_named(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses, spare: bool
+) -> None:
+    """A worker that tells the coordinator a peer address nothing listens on: the peer
+    that dials it names the worker and the address; the job replaces it (a spare joins and
+    the round runs again) or, with no one to take its place, fails with that reason."""
+    worker_processes.start(coordinator.port, 2, extra=PEERS)
+    await wait_for(lambda: len(coordinator.service.sessions.idle()) >= 2, timeout=30)
+    worker_processes.start(
+        coordinator.port, 1, name="far", extra=(*PEERS, "--peer-address", "127.0.0.1:9")
+    )
+    await wait_for(lambda: len(coordinator.service.sessions.idle()) >= 3, timeout=30)
+    config = _config(
+        Component("ring-allreduce"), 3, 6, replace_timeout=60 if spare else 5, round_timeout=60
+    )
+    job = coordinator.service.submit(config)
+    await wait_for(lambda: job.state == "running", timeout=60)
+    if spare:
+        worker_processes.start(coordinator.port, 1, name="spare", extra=PEERS)
+    await _run_to_end(job)
+    if spare:
+        _assert_gd(job, config)
+        restarted = [r for r in job.records if r.attempts > 1]
+        assert restarted and "127.0.0.1:9" in restarted[0].restarts[0]
+        assert "far0" not in {s.name for s in job.places.holders}
+    else:
+        assert job.state == "failed"
+        assert "worker 2" in job.error and "peer address 127.0.0.1:9" in job.error, job.error

@@ -109,6 +109,22 @@ class _Cluster:
         raise AssertionError(f"uploads: { {w: len(u) for w, u in self.uploads.items()} }")
 
 
+def _rings(cluster: _Cluster, n: int) -> list[RingRounds]:
+    """A ring of n workers on the cluster's network, each holding one partition."""
+    parts = _partitions(n)
+    rings = [
+        RingRounds(
+            cluster.context(w, Computer(LeastSquares(), [parts[w]], np.ones((1, 1)))),
+            n,
+            cluster.error(w),
+        )
+        for w in range(n)
+    ]
+    for w, ring in enumerate(rings):
+        cluster.network[w] = ring.receive
+    return rings
+
+
 def _payload(upload: Upload) -> np.ndarray:
     return np.asarray(upload.payload, dtype=np.float64)
 
@@ -149,17 +165,7 @@ async def test_a_ring_uploads_the_reference_segments_round_after_round(n: int) -
 
 async def test_a_ring_names_the_link_that_broke() -> None:
     cluster = _Cluster(3)
-    parts = _partitions(3)
-    rings = [
-        RingRounds(
-            cluster.context(w, Computer(LeastSquares(), [parts[w]], np.ones((1, 1)))),
-            3,
-            cluster.error(w),
-        )
-        for w in range(3)
-    ]
-    for w, ring in enumerate(rings):
-        cluster.network[w] = ring.receive
+    rings = _rings(cluster, 3)
     cluster.links[1].broken.add(2)  # worker 1 cannot reach worker 2
     bounds = segments(DIM, 3)
     for w, ring in enumerate(rings):
@@ -283,17 +289,7 @@ async def test_a_ring_reports_its_silent_member_and_only_it_is_to_blame() -> Non
     n, deadline = 4, 0.3
     cluster = _Cluster(n)
     cluster.faults[1] = PeerFault.parse("silent:1")  # worker 1 goes quiet from round 1
-    parts = _partitions(n)
-    rings = [
-        RingRounds(
-            cluster.context(w, Computer(LeastSquares(), [parts[w]], np.ones((1, 1)))),
-            n,
-            cluster.error(w),
-        )
-        for w in range(n)
-    ]
-    for w, ring in enumerate(rings):
-        cluster.network[w] = ring.receive
+    rings = _rings(cluster, n)
     bounds = segments(DIM, n)
     for t in range(2):
         for w, ring in enumerate(rings):
@@ -348,17 +344,7 @@ async def test_a_wrong_shape_push_is_refused_on_arrival_and_blamed_on_its_sender
     n = 3
     cluster = _Cluster(n)
     cluster.faults[0] = PeerFault.parse("shape:0")
-    parts = _partitions(n)
-    rings = [
-        RingRounds(
-            cluster.context(w, Computer(LeastSquares(), [parts[w]], np.ones((1, 1)))),
-            n,
-            cluster.error(w),
-        )
-        for w in range(n)
-    ]
-    for w, ring in enumerate(rings):
-        cluster.network[w] = ring.receive
+    rings = _rings(cluster, n)
     bounds = segments(DIM, n)
     for w, ring in enumerate(rings):
         ring.begin(0, 0, np.zeros(DIM)[slice(*bounds[w])])
