@@ -40,7 +40,12 @@ Link = Callable[[np.ndarray, np.ndarray], None]
 
 
 class GradientBlock(Protocol):
-    """What a model's ``block(X, y)`` returns: the gradient sum over fixed rows."""
+    """What a model's ``block(X, y)`` returns: the gradient sum over fixed rows.
+
+    Its methods must be safe to call from two threads at once: a worker's cancelled round
+    may still be finishing a partition in its thread when the next round's computation
+    starts (keep no per-call state on the block or the model, or keep it per thread).
+    """
 
     def grad_sum(self, theta: np.ndarray) -> np.ndarray:
         """Σ_i ∇ℓ(x_i, y_i; θ) over every row, float64 (no L2 term)."""

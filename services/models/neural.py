@@ -2,9 +2,11 @@
 
 θ is a network's parameters flattened into one float64 vector, in the order of
 ``module.parameters()`` (:func:`torch.nn.utils.parameters_to_vector`), so encoding,
-decoding and the optimizer see a vector like any other model's. A worker loads θ into its
-copy of the network, backpropagates the summed cross-entropy Σ_i ℓ(x_i, y_i; θ) over its
-rows, and flattens the gradient in the same order; the coordinator evaluates the loss
+decoding and the optimizer see a vector like any other model's. A worker runs the network
+on views of θ (:func:`torch.func.functional_call`, on a copy of the module per thread, so
+a cancelled round's computation still in its thread cannot mix its θ or gradient with the
+next round's), backpropagates the summed cross-entropy Σ_i ℓ(x_i, y_i; θ) over its rows
+into θ's own gradient, in the same order; the coordinator evaluates the loss
 and the held-out accuracy the same way, and exports the trained network as a PyTorch
 ``state_dict`` (:func:`state_dict`).
 
@@ -25,6 +27,7 @@ extra to install.
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -49,6 +52,7 @@ OPTIONS: dict[str, str] = {
     "hidden": "mlp: units of the hidden layer (default 128)",
     "dtype": "arithmetic inside the network: float32 (default) or float64",
 }
+_BUILDING = threading.Lock()
 EVAL_ROWS = 4096  # rows per forward pass when evaluating (bounds the activations' memory)
 
 
@@ -104,8 +108,11 @@ class NeuralNetwork:
             raise ConfigError(f"model {name!r}: l2 must be a number >= 0, got {l2!r}")
         self.torch = _torch()
         self.seed = 0
-        self._net: Any = None
-        self._features = -1
+        # One copy of the network per thread: functional_call swaps θ's views into the
+        # module while it runs, and a cancelled round's computation may still be running
+        # in its thread when the next round's starts in another.
+        self._threads = threading.local()
+        self._generation = 0  # bumped by initial_theta: every thread's copy is rebuilt
 
     def __repr__(self) -> str:
         return f"NeuralNetwork({self.name!r}, classes={self.classes}, dtype={self.dtype_name})"
@@ -153,10 +160,12 @@ class NeuralNetwork:
 
     def network(self, features: int) -> Any:
         """The network for data of ``features`` columns (built once, from the seed)."""
-        if self._net is None or self._features != features:
-            self._net = self._build(features, self.seed)
-            self._features = features
-        return self._net
+        own = self._threads
+        if getattr(own, "key", None) != (self._generation, features):
+            with _BUILDING:  # torch's seeded generator is global: one build at a time
+                own.net = self._build(features, self.seed)
+            own.key = (self._generation, features)
+        return own.net
 
     def parameter_count(self, features: int) -> int:
         """θ's length: the network's parameters."""
@@ -165,14 +174,20 @@ class NeuralNetwork:
     def initial_theta(self, features: int, seed: int) -> np.ndarray:
         """θ₀: the network's seeded initial parameters (PyTorch's default init)."""
         self.seed = seed
-        self._net = None
+        self._generation += 1
         return self._flat(self.network(features).parameters())
 
     def _flat(self, tensors: Any) -> np.ndarray:
         vector = self.torch.nn.utils.parameters_to_vector(list(tensors))
         return np.asarray(vector.detach().to(self.torch.float64).cpu().numpy(), dtype=np.float64)
 
-    def _load(self, theta: np.ndarray, features: int) -> Any:
+    def _parameters(self, theta: np.ndarray, features: int, *, grad: bool) -> tuple[Any, Any]:
+        """θ as the network's parameters: (the flat tensor, {name: a view of it}).
+
+        The views are handed to :func:`torch.func.functional_call` on this thread's own
+        copy of the network: a computation a cancelled round left running in its thread
+        and the next round's (or an evaluation) cannot mix each other's θ or gradients.
+        """
         net = self.network(features)
         expected = self.parameter_count(features)
         if theta.shape != (expected,):
@@ -182,9 +197,16 @@ class NeuralNetwork:
             )
         if not np.all(np.isfinite(theta)):
             raise DataError(f"θ of model {self.name!r} holds NaN or inf")
-        vector = self.torch.tensor(theta, dtype=self._dtype)  # a copy: θ may be read-only
-        self.torch.nn.utils.vector_to_parameters(vector, net.parameters())
-        return net
+        flat = self.torch.tensor(theta, dtype=self._dtype)  # a copy: θ may be read-only
+        flat.requires_grad_(grad)
+        views, offset = {}, 0
+        for name, p in net.named_parameters():
+            views[name] = flat[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+        return flat, views
+
+    def _forward(self, views: Any, features: int, X: Any) -> Any:
+        return self.torch.func.functional_call(self.network(features), views, (X,))
 
     # ------------------------------------------------------------ data
 
@@ -214,12 +236,13 @@ class NeuralNetwork:
 
     def loss_sum(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:
         torch = self.torch
-        net = self._load(theta, int(X.shape[1]))
+        features = int(X.shape[1])
+        _, views = self._parameters(theta, features, grad=False)
         labels = self._labels(y)
         total = 0.0
         with torch.no_grad():
             for lo in range(0, int(X.shape[0]), EVAL_ROWS):
-                out = net(self._inputs(X[lo : lo + EVAL_ROWS]))
+                out = self._forward(views, features, self._inputs(X[lo : lo + EVAL_ROWS]))
                 loss = torch.nn.functional.cross_entropy(
                     out, labels[lo : lo + EVAL_ROWS], reduction="sum"
                 )
@@ -242,11 +265,13 @@ class NeuralNetwork:
     def scores(self, theta: np.ndarray, X: Matrix) -> np.ndarray:
         """The network's outputs (logits), one row per row of X."""
         torch = self.torch
-        net = self._load(theta, int(X.shape[1]))
+        features = int(X.shape[1])
+        _, views = self._parameters(theta, features, grad=False)
         parts = []
         with torch.no_grad():
             for lo in range(0, int(X.shape[0]), EVAL_ROWS):
-                parts.append(net(self._inputs(X[lo : lo + EVAL_ROWS])).to(torch.float64).numpy())
+                out = self._forward(views, features, self._inputs(X[lo : lo + EVAL_ROWS]))
+                parts.append(out.to(torch.float64).numpy())
         return np.concatenate(parts) if parts else np.zeros((0, self.classes))
 
     def metric(self, theta: np.ndarray, X: Matrix, y: np.ndarray) -> float:
@@ -265,8 +290,9 @@ class NeuralNetwork:
 
     def state_dict(self, theta: np.ndarray, features: int) -> dict[str, Any]:
         """θ as the network's ``state_dict`` (what ``torch.save`` writes)."""
-        net = self._load(theta, features)
-        return {k: v.detach().clone() for k, v in net.state_dict().items()}
+        _, views = self._parameters(theta, features, grad=False)
+        state = self.network(features).state_dict()  # the layers' names, and any buffers
+        return {k: views.get(k, v).detach().clone() for k, v in state.items()}
 
 
 class NetworkBlock:
@@ -290,13 +316,13 @@ class NetworkBlock:
     def _backward(self, theta: np.ndarray, X: Any, y: Any) -> np.ndarray:
         model = self.model
         torch = model.torch
-        net = model._load(theta, self.features)
-        net.zero_grad(set_to_none=True)
+        flat, views = model._parameters(theta, self.features, grad=True)
         if X.shape[0] == 0:
             return np.zeros(theta.shape[0])
-        loss = torch.nn.functional.cross_entropy(net(X), y, reduction="sum")
-        loss.backward()
-        return model._flat(p.grad for p in net.parameters())
+        out = model._forward(views, self.features, X)
+        loss = torch.nn.functional.cross_entropy(out, y, reduction="sum")
+        (gradient,) = torch.autograd.grad(loss, flat)
+        return np.asarray(gradient.to(torch.float64).numpy(), dtype=np.float64)
 
 
 def export_network(path: Path, saved: SavedModel) -> Path | None:

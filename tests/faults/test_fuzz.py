@@ -1308,10 +1308,11 @@ async def test_a_long_unknown_job_id_is_not_found(method: str) -> None:
 # ---------------------------------------------------------------- 8. end to end (slow)
 
 E2E_DATA = Component("synthetic", {"rows": 600, "dim": 8})
-# One worker sleeps 0.05 s each round: the job (20 s or more) outlasts the fuzz (about 10 s
-# on an idle machine). Uncoded waits for both workers: θ does not depend on who sleeps.
+# One worker sleeps 0.15 s each round: the job (60 s or more) outlasts the fuzz (about 10 s
+# on an idle machine, 25-30 s on a busy or slow one, where 0.05 s was too short).
+# Uncoded waits for both workers: θ does not depend on who sleeps.
 E2E_ROUNDS = 400
-E2E_DELAY = 0.05
+E2E_DELAY = 0.15
 E2E_STREAMS = 600  # fuzzed Connect streams
 E2E_REQUESTS = 800  # fuzzed client requests
 CALL_TIMEOUT = 15.0  # seconds: a call still going then is a hang
@@ -1398,11 +1399,16 @@ def _rpc_status(call: Callable[[], Any]) -> tuple[grpc.StatusCode, Any]:
 
 @pytest.mark.slow
 def test_fuzzed_streams_and_requests_leave_the_coordinator_serving_and_the_job_exact(
-    worker_processes: WorkerProcesses,
+    worker_processes: WorkerProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from codedgd.services.coordinator import service as service_module
     from tests.e2e.test_training import reference_gd
+
+    # Every fuzzed SubmitJob that parses is a job (cancelled at once): past 50 kept jobs
+    # the oldest finished one is forgotten, and the honest job must be there to check.
+    monkeypatch.setattr(service_module, "MAX_KEPT_JOBS", 100_000)
 
     loop = LoopThread()
     errors = ErrorLog()
