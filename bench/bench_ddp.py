@@ -59,7 +59,7 @@ dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank
 ds = load_fashion_mnist(seed=args["seed"])
 model = create_model(args["model"], args["options"])
 theta0 = initial_theta(model, ds.dim, args["seed"])
-net = model._load(theta0, ds.dim)
+net = model.module(theta0, ds.dim)
 ddp = torch.nn.parallel.DistributedDataParallel(net)
 opt = torch.optim.SGD(ddp.parameters(), lr=args["lr"])
 shard = np.array_split(np.random.default_rng(args["seed"]).permutation(ds.n_train), n)[rank]

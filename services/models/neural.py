@@ -63,7 +63,8 @@ def _torch() -> Any:
         raise ConfigError(
             "neural-network models (mlp, cnn) need PyTorch: pip install 'codedgd[torch]' "
             "(on a machine without a GPU, first: pip install torch --index-url "
-            "https://download.pytorch.org/whl/cpu)"
+            "https://download.pytorch.org/whl/cpu); in a container, the image built with "
+            "--build-arg EXTRAS=torch (docker/Dockerfile)"
         ) from None
     return torch
 
@@ -288,11 +289,20 @@ class NeuralNetwork:
             "and use a policy that does not need one (not the lag family)"
         )
 
+    def module(self, theta: np.ndarray, features: int) -> Any:
+        """A new ``torch.nn.Module`` of this network holding θ (the caller's to train or
+        save; codedgd never touches it again)."""
+        with _BUILDING:
+            net = self._build(features, self.seed)
+        _, views = self._parameters(theta, features, grad=False)
+        with self.torch.no_grad():
+            for name, p in net.named_parameters():
+                p.copy_(views[name])
+        return net
+
     def state_dict(self, theta: np.ndarray, features: int) -> dict[str, Any]:
         """θ as the network's ``state_dict`` (what ``torch.save`` writes)."""
-        _, views = self._parameters(theta, features, grad=False)
-        state = self.network(features).state_dict()  # the layers' names, and any buffers
-        return {k: views.get(k, v).detach().clone() for k, v in state.items()}
+        return {k: v.detach().clone() for k, v in self.module(theta, features).state_dict().items()}
 
 
 class NetworkBlock:

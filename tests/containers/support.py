@@ -341,14 +341,16 @@ def ensure_base_images(images: list[str]) -> None:
         podman("tag", absent[0], image)
 
 
-def build(tag: str, dockerfile: Path, context: Path) -> None:
-    """``podman build`` with the host network and CA certificates (for pip and apt)."""
+def build(tag: str, dockerfile: Path, context: Path, *options: str) -> None:
+    """``podman build`` with the host network and CA certificates (for pip and apt), and
+    ``options`` (``--build-arg``, ``-v``) as given."""
     podman(
         "build",
         "--network",
         "host",
         "-v",
         "/etc/ssl/certs:/etc/ssl/certs:ro",
+        *options,
         "-f",
         str(dockerfile),
         "-t",
