@@ -74,8 +74,9 @@ async def _run(
     "policy",
     [
         Component("frc", {"s": 1}),
-        Component("lag-ps", {"xi": 1.0}),
-        Component("lag-wk", {"xi": 1.0}),
+        # The lazy policies' memory (13 s each): the slow suite runs them.
+        pytest.param(Component("lag-ps", {"xi": 1.0}), marks=pytest.mark.slow),
+        pytest.param(Component("lag-wk", {"xi": 1.0}), marks=pytest.mark.slow),
     ],
     ids=["frc", "lag-ps", "lag-wk"],
 )

@@ -228,8 +228,10 @@ TREE_2X2 = Component("tree", {"fanout": 2, "levels": 2})  # level 1: 0, 1; leave
     ("policy", "n", "hung_first"),
     [
         (Component("ring-allreduce"), 4, False),
-        (TREE_2X2, 6, False),  # the last to connect takes the last place: a leaf
-        (TREE_2X2, 6, True),  # the first: place 0, a level-1 node that stops passing θ down
+        # The tree cases wait out a 5 s deadline each: the slow suite runs them.
+        pytest.param(TREE_2X2, 6, False, marks=pytest.mark.slow),  # the last place: a leaf
+        # The first to connect: place 0, a level-1 node that stops passing θ down.
+        pytest.param(TREE_2X2, 6, True, marks=pytest.mark.slow),
     ],
     ids=["ring", "tree-leaf", "tree-inner"],
 )

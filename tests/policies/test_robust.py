@@ -145,6 +145,7 @@ def _vote_round(
     return policy, done, exposed
 
 
+@pytest.mark.slow  # 72,000 rounds (36 s): the slow suite runs it
 def test_the_vote_is_exact_under_every_corruption_and_straggler_pattern_n6() -> None:
     """n = 6, s = 2, byzantine = 1 (groups of 3): any one corrupt worker per group, with
     any lie, and the remaining s - 2e = 0 stragglers; every arrival order. The estimate is
