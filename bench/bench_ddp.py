@@ -43,6 +43,9 @@ POLICIES: dict[str, Component] = {
     "frc s=1": Component("frc", {"s": 1}),
     "cyclic s=1": Component("cyclic", {"s": 1}),
     "ring-allreduce": Component("ring-allreduce"),
+    # N = m + ... + m^L workers: at n = 8 the only tree is one level of 8 (the cyclic code
+    # with its decode at the coordinator, results sent over the peer plane's framing).
+    "codedreduce m=8 L=1 s=1": Component("codedreduce", {"fanout": 8, "levels": 1, "s": 1}),
 }
 
 # One DDP rank: the same network and data as codedgd's workers, its share of each round's

@@ -208,7 +208,9 @@ def join_seconds(cost: CostModel, assignment_bytes: int) -> float:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Compute constants measured on this machine, and how."""
+    """Compute constants measured on this machine, and how: ``full_seconds`` over
+    ``rows_full`` rows and ``block_seconds`` over ``rows_block`` (all training rows and one
+    partition; in a mini-batch job, 4·batch rows and batch rows of one partition)."""
 
     seconds_per_sample: float
     seconds_per_partition: float
@@ -225,6 +227,7 @@ def calibrate(
     block_rows: np.ndarray,
     theta: np.ndarray,
     repeats: int = 5,
+    batch: int = 0,
 ) -> Calibration:
     """Fit compute = a·rows + b·partitions from two timings of a worker's gradient.
 
@@ -233,14 +236,29 @@ def calibrate(
     (``model.block``), so a round's timing leaves out the one-off checks; a is the
     slope, b the fixed per-call cost (the dense output of a sparse product, say). Both
     are clipped at 0.
+
+    With ``batch`` rows a round (mini-batch jobs), the two timings are instead a round's
+    own operation on the partition: the gradient over a sample of ``batch`` rows and over
+    four times as many (or the whole partition, if smaller). A network's per-call cost
+    weighs much more at 32 rows than a fit over whole partitions says, and a full-data
+    gradient of a network is costly to time.
     """
     from codedgd.services.data.dataset import take_rows
 
-    whole = model.block(X, y)
     part = model.block(take_rows(X, block_rows), y[block_rows])
+    n_part = int(block_rows.shape[0])
+    if 0 < batch < n_part:
+        small = np.arange(batch, dtype=np.int64)
+        large = np.arange(min(4 * batch, n_part), dtype=np.int64)
+        t_small = _median_seconds(lambda: part.grad_sum_rows(theta, small), repeats)
+        t_large = _median_seconds(lambda: part.grad_sum_rows(theta, large), repeats)
+        a = max((t_large - t_small) / (large.size - small.size), 0.0)
+        b = max(t_small - a * small.size, 0.0)
+        return Calibration(a, b, t_large, t_small, int(large.size), int(small.size))
+    whole = model.block(X, y)
     full = _median_seconds(lambda: whole.grad_sum(theta), repeats)
     block = _median_seconds(lambda: part.grad_sum(theta), repeats)
-    n_full, n_block = int(X.shape[0]), int(block_rows.shape[0])
+    n_full, n_block = int(X.shape[0]), n_part
     spread = n_full - n_block
     a = max((full - block) / spread, 0.0) if spread > 0 else full / max(n_full, 1)
     b = max(block - a * n_block, 0.0)

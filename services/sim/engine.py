@@ -156,6 +156,7 @@ class Simulator:
                 ds.y_train,
                 self.prepared.blocks[0],
                 self.prepared.theta0,
+                batch=config.batch_size,
             )
             cost = cost.replace(
                 seconds_per_sample=cost.seconds_per_sample

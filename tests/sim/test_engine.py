@@ -109,6 +109,19 @@ def test_calibration_fills_the_compute_constants() -> None:
     assert sim.cost.to_dict()["compute"] == "model"
 
 
+def test_a_mini_batch_job_is_calibrated_on_a_rounds_own_sample_sizes() -> None:
+    """A round of a mini-batch job computes over its sample: the calibration times
+    gradients over batch and 4·batch rows of a partition (a network's per-call cost
+    dominates there), never the whole training set."""
+    sim = Simulator(job(batch_size=10), CostModel())
+    cal = sim.calibration
+    assert cal is not None
+    assert (cal.rows_block, cal.rows_full) == (10, 40)
+    assert cal.block_seconds > 0 and cal.full_seconds > 0
+    whole = Simulator(job(), CostModel()).calibration
+    assert whole is not None and whole.rows_full == sim.prepared.dataset.n_train
+
+
 def test_round_timeout_fails_like_a_real_job() -> None:
     config = job(round_timeout=0.5, stragglers=Component("fixed", {"count": 1, "delay": 1.0}))
     with pytest.raises(JobFailed, match=r"round_timeout=0\.5"):
