@@ -6,7 +6,9 @@ rows the round actually uses (``--batches``). This runs the same job, a network 
 Fashion-MNIST under a few policies, on real worker processes and on the simulator, and
 prints the mean time per round of each and their ratio, and the two calibrated constants.
 No stragglers are injected: the round time is compute plus per-round overhead, where a
-wrong per-row cost would show.
+wrong per-row cost would show. The simulator runs twice: with its default cost model (a
+machine per worker, as in a cluster) and with ``cores`` set to this machine's (the real
+run's n workers and coordinator share them; ``codedgd simulate --cores local``).
 
     python -m bench.bench_neural_sim --model mlp --rounds 60
     python -m bench.bench_neural_sim --model cnn --batches 32 --rounds 40
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 
 import numpy as np
@@ -23,6 +26,7 @@ import numpy as np
 from codedgd.client.local import run_local
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.sim import simulate
+from codedgd.services.sim.cost import CostModel
 
 POLICIES = {
     "uncoded": Component("uncoded"),
@@ -59,8 +63,12 @@ async def main() -> None:
         f"Fashion-MNIST, {a.model}, n = {a.workers} real processes vs the simulator, "
         f"{a.rounds} rounds, no injected delays; mean seconds per round\n"
     )
-    print("| policy | batch | real | simulated | sim / real | s per row | s per partition |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    cores = os.cpu_count() or 1
+    print(
+        f"| policy | batch | real | simulated | sim / real | simulated, cores={cores} "
+        "| sim / real | s per row | s per partition |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for batch in (int(b) for b in a.batches.split(",")):
         for label, policy in POLICIES.items():
             config = _config(a, policy, batch)
@@ -68,15 +76,17 @@ async def main() -> None:
             if real.state != "done":
                 raise SystemExit(f"{label}: {real.error}")
             sim = simulate(config)
+            local = simulate(config, CostModel(cores=cores))
             # Round 0 pays one-off costs (threads, allocations) on both sides: left out.
             rt = float(np.mean([r.round_seconds for r in real.records[1:]]))
             st = float(np.mean([r.round_seconds for r in sim.records[1:]]))
+            lt = float(np.mean([r.round_seconds for r in local.records[1:]]))
             cal = sim.calibration
             per_row = f"{cal.seconds_per_sample:.2e}" if cal else "-"
             per_part = f"{cal.seconds_per_partition:.2e}" if cal else "-"
             print(
                 f"| {label} | {batch} | {rt * 1e3:.1f} ms | {st * 1e3:.1f} ms | "
-                f"{st / rt:.2f} | {per_row} | {per_part} |",
+                f"{st / rt:.2f} | {lt * 1e3:.1f} ms | {lt / rt:.2f} | {per_row} | {per_part} |",
                 flush=True,
             )
     print(f"\n({time.time() - started:.0f} s; bench_neural_sim.py, {time.strftime('%F')})")

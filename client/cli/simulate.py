@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,19 @@ def _float_or_inf(text: str) -> float:
     value = float(text)  # accepts "inf"
     if math.isnan(value):
         raise argparse.ArgumentTypeError("not a number")
+    return value
+
+
+def _cores(text: str) -> float:
+    """--cores: a positive number of cores, or 'local' for this machine's."""
+    if text == "local":
+        return float(os.cpu_count() or 1)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores or 'local'") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"cores must be a finite number > 0, got {text}")
     return value
 
 
@@ -120,6 +134,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "all in flight at once, as TCP flows do (fair)",
     )
     c.add_argument(
+        "--cores",
+        type=_cores,
+        help="every process on ONE machine of this many cores ('local': this machine's), "
+        "as `codedgd run` runs them: the workers' compute shares the cores and the "
+        "coordinator handles its messages one at a time (default: a machine per worker)",
+    )
+    c.add_argument(
         "--decode-seconds",
         type=float,
         help="decode time per round, seconds (default: the measured time of the policy's decode)",
@@ -176,6 +197,7 @@ def cost_from_args(args: argparse.Namespace) -> Any:
         decode_seconds=args.decode_seconds,
         round_overhead_seconds=args.round_overhead,
         sharing=args.sharing,
+        cores=args.cores,
     )
 
 

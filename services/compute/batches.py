@@ -25,15 +25,25 @@ _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
+_S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
 
 
 def splitmix64(x: np.ndarray | np.uint64 | int) -> np.ndarray:
     """SplitMix64's output for state ``x`` (elementwise, uint64, modulo 2^64)."""
-    with np.errstate(over="ignore"):
-        z = np.asarray(x, dtype=np.uint64) + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
+    z = np.array(x, dtype=np.uint64)  # a copy: x is left as it was
+    z += _GOLDEN
+    # In place, one scratch array: a round's sample hashes every row of a partition, and
+    # each temporary of a partition's size costs page faults on every call.
+    t = np.empty_like(z)
+    np.right_shift(z, _S30, out=t)
+    z ^= t
+    z *= _MIX1
+    np.right_shift(z, _S27, out=t)
+    z ^= t
+    z *= _MIX2
+    np.right_shift(z, _S31, out=t)
+    z ^= t
+    return z
 
 
 def batch_key(seed: int, round_: int, partition: int) -> np.uint64:
@@ -51,9 +61,13 @@ def batch_rows(
     if batch <= 0 or batch >= n_rows:
         return None
     r = splitmix64(batch_key(seed, round_, partition) ^ np.arange(n_rows, dtype=np.uint64))
-    # The batch smallest r_i; a stable sort breaks ties by row (argpartition alone would not).
-    chosen = np.argsort(r, kind="stable")[:batch]
-    return np.sort(chosen).astype(np.int64)
+    # The batch smallest r_i, in O(n_rows) (a sort of the partition cost more than the
+    # batch's gradient). The r_i are distinct, SplitMix64 being a bijection of the 2^64
+    # states and key XOR i distinct for distinct i: the rule's tie-break never applies,
+    # and the rows at or below the batch-th smallest value are exactly B.
+    cut = r[np.argpartition(r, batch - 1)[batch - 1]]
+    chosen = np.flatnonzero(r <= cut)
+    return chosen.astype(np.int64)
 
 
 def batch_scale(n_rows: int, rows: np.ndarray | None) -> float:

@@ -29,6 +29,24 @@ shares the link among the messages in flight, as TCP flows on one link do (a flu
 processor-sharing queue, :func:`fair_finish`), so n copies sent together all arrive near
 the end. Real links lie between the two (docs/topologies.md compares them with shaped
 namespaces).
+
+One machine (``cores``): by default every worker has a machine of its own, as in a
+cluster. ``codedgd run`` puts the coordinator and all n workers on one machine, where they
+share its cores and where handling a message costs CPU, not just link time. With
+``cores`` = C:
+
+- the coordinator serializes the n copies of θ_t one after another, and parses the
+  results one at a time in order of arrival, each message costing it
+  ``coordinator_cpu_seconds_per_message + coordinator_cpu_seconds_per_byte · bytes``;
+- a worker's CPU work of a round is its compute plus, for θ received and its message
+  sent, ``worker_cpu_seconds_per_message + worker_cpu_seconds_per_byte · bytes`` each;
+- the workers' CPU work and the coordinator's (all of its round's messages, as one more
+  task from the round's start) share the C cores: k busy tasks each run at min(1, C/k)
+  of a core (processor sharing, :func:`fair_finish`).
+
+A straggler's delay comes after its CPU work (building its message is counted before the
+delay). The four CPU constants default to what ``python -m bench.bench_host_cpu``
+measured on the 2-core machine of docs/neural.md. Star policies only.
 """
 
 from __future__ import annotations
@@ -68,6 +86,13 @@ class CostModel:
     decode_seconds: float | None = None
     round_overhead_seconds: float = 0.0
     sharing: str = "fifo"
+    cores: float | None = None
+    # bench/bench_host_cpu.py on the 2-core machine of docs/neural.md (CPU seconds per
+    # round of real runs at two message sizes; see the module docstring).
+    worker_cpu_seconds_per_message: float = 6.4e-4
+    worker_cpu_seconds_per_byte: float = 6.9e-10
+    coordinator_cpu_seconds_per_message: float = 3.0e-4
+    coordinator_cpu_seconds_per_byte: float = 5.7e-10
 
     def __post_init__(self) -> None:
         if self.sharing not in SHARING:
@@ -84,6 +109,20 @@ class CostModel:
             if value is not None:
                 _nonnegative(key, value)
         _nonnegative("latency_seconds", self.latency_seconds)
+        for key in (
+            "worker_cpu_seconds_per_message",
+            "worker_cpu_seconds_per_byte",
+            "coordinator_cpu_seconds_per_message",
+            "coordinator_cpu_seconds_per_byte",
+        ):
+            _nonnegative(key, getattr(self, key))
+        if self.cores is not None:
+            _positive("cores", self.cores)
+            if math.isinf(self.cores):
+                raise ConfigError(
+                    "cost model: cores must be a finite number of cores (leave it unset "
+                    "for a machine per worker)"
+                )
         _nonnegative("round_overhead_seconds", self.round_overhead_seconds)
         _positive("bandwidth_bytes_per_second", self.bandwidth_bytes_per_second)
         for key in ("ingress_bandwidth_bytes_per_second", "egress_bandwidth_bytes_per_second"):
@@ -108,6 +147,21 @@ class CostModel:
         """One message over one worker's own link."""
         return self.latency_seconds + nbytes / self.bandwidth_bytes_per_second
 
+    def worker_cpu(self, nbytes: float) -> float:
+        """A worker's CPU seconds for one message of ``nbytes`` on a shared machine."""
+        if self.cores is None:
+            return 0.0
+        return self.worker_cpu_seconds_per_message + self.worker_cpu_seconds_per_byte * nbytes
+
+    def coordinator_cpu(self, nbytes: float | np.ndarray) -> Any:
+        """The coordinator's CPU seconds per message of ``nbytes`` on a shared machine."""
+        if self.cores is None:
+            return 0.0 * np.asarray(nbytes)
+        return (
+            self.coordinator_cpu_seconds_per_message
+            + self.coordinator_cpu_seconds_per_byte * np.asarray(nbytes, dtype=np.float64)
+        )
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
@@ -119,6 +173,9 @@ class CostModel:
 def downlink_times(cost: CostModel, nbytes: int, n_contacted: int) -> np.ndarray:
     """When each contacted worker (in send order) holds θ_t, seconds after the round start."""
     own = np.full(n_contacted, cost.link_seconds(nbytes))
+    if cost.cores is not None:  # the coordinator serializes the copies one by one
+        serialized = np.arange(1, n_contacted + 1) * float(cost.coordinator_cpu(nbytes))
+        own = np.maximum(own, serialized + cost.link_seconds(nbytes))
     egress = cost.egress_bandwidth_bytes_per_second
     if egress is None:
         return own
@@ -145,22 +202,37 @@ def uplink_arrivals(
     own: np.ndarray = ready + cost.latency_seconds + sizes / cost.bandwidth_bytes_per_second
     ingress = cost.ingress_bandwidth_bytes_per_second
     if ingress is None:
-        return own
+        return _parsed(cost, own, sizes)
     if cost.sharing == "fair":
         starts = np.asarray(ready, dtype=np.float64) + cost.latency_seconds
         shared = fair_finish(starts, sizes, ingress, cost.bandwidth_bytes_per_second)
         arrivals: np.ndarray = np.maximum(shared, own)
-        return arrivals
-    # First come first served: in order of readiness, message i leaves the queue at
-    # free_i = max(start_i, free_{i-1}) + d_i, which unrolls to
-    # free_i = D_i + max_{j<=i}(start_j - D_{j-1}) with D the running sum of the d's.
-    order = np.argsort(ready, kind="stable")
-    starts = np.asarray(ready, dtype=np.float64)[order] + cost.latency_seconds
-    service = sizes[order] / ingress
-    done = np.cumsum(service)
-    free = done + np.maximum.accumulate(starts - (done - service))
-    out = np.empty_like(own)
-    out[order] = np.maximum(free, own[order])
+        return _parsed(cost, arrivals, sizes)
+    # First come first served, one message at a time, in order of readiness.
+    free = _fcfs(np.asarray(ready, dtype=np.float64) + cost.latency_seconds, sizes / ingress)
+    out: np.ndarray = np.maximum(free, own)
+    return _parsed(cost, out, sizes)
+
+
+def _parsed(cost: CostModel, arrived: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """On a shared machine (``cores``), when the coordinator has parsed each message: one
+    at a time, in order of arrival (the FCFS queue of :func:`_fcfs`)."""
+    if cost.cores is None:
+        return arrived
+    return _fcfs(arrived, cost.coordinator_cpu(sizes))
+
+
+def _fcfs(starts: np.ndarray, service: np.ndarray) -> np.ndarray:
+    """When each job leaves a first-come-first-served server (ties in index order)."""
+    # In order of start, job i leaves at free_i = max(start_i, free_{i-1}) + d_i, which
+    # unrolls to free_i = D_i + max_{j<=i}(start_j - D_{j-1}), D the running sum of the d's.
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.float64)[order]
+    d = np.asarray(service, dtype=np.float64)[order]
+    done = np.cumsum(d)
+    free = done + np.maximum.accumulate(s - (done - d))
+    out = np.empty_like(s)
+    out[order] = free
     return out
 
 
@@ -201,6 +273,24 @@ def fair_finish(
     return end
 
 
+def cpu_done(
+    cost: CostModel, starts: np.ndarray, work: np.ndarray, coordinator_work: float = 0.0
+) -> np.ndarray:
+    """When each worker's CPU work of a round (``work`` seconds of one core, started at
+    ``starts``) is done: at once on machines of their own; on a shared machine
+    (``cost.cores``), sharing the cores with each other and with the coordinator's
+    ``coordinator_work`` seconds from the round's start."""
+    starts = np.asarray(starts, dtype=np.float64)
+    work = np.asarray(work, dtype=np.float64)
+    if cost.cores is None:
+        out: np.ndarray = starts + work
+        return out
+    done = fair_finish(
+        np.concatenate([[0.0], starts]), np.concatenate([[coordinator_work], work]), cost.cores, 1.0
+    )
+    return done[1:]
+
+
 def join_seconds(cost: CostModel, assignment_bytes: int) -> float:
     """A newcomer's join: Hello, its assignment and data over its link, the ack back."""
     return 3 * cost.latency_seconds + assignment_bytes / cost.bandwidth_bytes_per_second
@@ -238,23 +328,29 @@ def calibrate(
     are clipped at 0.
 
     With ``batch`` rows a round (mini-batch jobs), the two timings are instead a round's
-    own operation on the partition: the gradient over a sample of ``batch`` rows and over
-    four times as many (or the whole partition, if smaller). A network's per-call cost
-    weighs much more at 32 rows than a fit over whole partitions says, and a full-data
-    gradient of a network is costly to time.
+    own operation on the partition, as a worker's :class:`Computer` does it (drawing the
+    round's sample of the partition, the gradient over it, its scaling): with ``batch``
+    rows and with four times as many (or the whole partition, if smaller), a few rounds
+    each. A network's per-call cost weighs much more at 32 rows than a fit over whole
+    partitions says, drawing the sample costs in proportion to the partition, not the
+    batch, and a full-data gradient of a network is costly to time.
     """
+    from codedgd.services.compute.gradient import Computer, PartitionRows
     from codedgd.services.data.dataset import take_rows
 
-    part = model.block(take_rows(X, block_rows), y[block_rows])
     n_part = int(block_rows.shape[0])
     if 0 < batch < n_part:
-        small = np.arange(batch, dtype=np.int64)
-        large = np.arange(min(4 * batch, n_part), dtype=np.int64)
-        t_small = _median_seconds(lambda: part.grad_sum_rows(theta, small), repeats)
-        t_large = _median_seconds(lambda: part.grad_sum_rows(theta, large), repeats)
-        a = max((t_large - t_small) / (large.size - small.size), 0.0)
-        b = max(t_small - a * small.size, 0.0)
-        return Calibration(a, b, t_large, t_small, int(large.size), int(small.size))
+        rows = PartitionRows(0, take_rows(X, block_rows), y[block_rows])
+        one = np.ones((1, 1))
+        sizes = (batch, min(4 * batch, n_part))
+        t_small, t_large = (
+            _median_seconds(_rounds(Computer(model, [rows], one, batch_size=size), theta), repeats)
+            for size in sizes
+        )
+        a = max((t_large - t_small) / (sizes[1] - sizes[0]), 0.0) if sizes[1] > sizes[0] else 0.0
+        b = max(t_small - a * sizes[0], 0.0)
+        return Calibration(a, b, t_large, t_small, sizes[1], sizes[0])
+    part = model.block(take_rows(X, block_rows), y[block_rows])
     whole = model.block(X, y)
     full = _median_seconds(lambda: whole.grad_sum(theta), repeats)
     block = _median_seconds(lambda: part.grad_sum(theta), repeats)
@@ -263,6 +359,12 @@ def calibrate(
     a = max((full - block) / spread, 0.0) if spread > 0 else full / max(n_full, 1)
     b = max(block - a * n_block, 0.0)
     return Calibration(a, b, full, block, n_full, n_block)
+
+
+def _rounds(computer: Any, theta: np.ndarray) -> Any:
+    """A call per round, each on its own round's sample, as a worker computes them."""
+    count = iter(range(1 << 62))
+    return lambda: computer.compute(theta, None, next(count))
 
 
 def _median_seconds(fn: Any, repeats: int) -> float:

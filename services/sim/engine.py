@@ -56,6 +56,7 @@ from codedgd.services.sim.cost import (
     Calibration,
     CostModel,
     calibrate,
+    cpu_done,
     downlink_times,
     join_seconds,
     uplink_arrivals,
@@ -105,6 +106,20 @@ class _Round:
     cancelled: int | None = None  # None: computations neither answered nor lost
 
 
+def rows_per_round(prepared: Prepared, batch_size: int) -> np.ndarray:
+    """The training rows each worker of the plan computes over in a round: all rows of its
+    partitions, or in a mini-batch job (``batch_size`` > 0) a sample of at most that many
+    of each."""
+
+    def rows(p: int) -> int:
+        n_p = int(prepared.blocks[p].shape[0])
+        return min(batch_size, n_p) if batch_size > 0 else n_p
+
+    return np.array(
+        [sum(rows(p) for p in wp.partitions) for wp in prepared.plan.workers], dtype=np.float64
+    )
+
+
 class Simulator:
     """One simulated job: build once, then :meth:`run`."""
 
@@ -131,15 +146,13 @@ class Simulator:
             seed=config.seed,
             n_workers=config.workers,
         )
-        batch = config.batch_size  # a round's rows of a partition: its sample, or all
-
-        def rows(p: int) -> int:
-            n_p = int(self.prepared.blocks[p].shape[0])
-            return min(batch, n_p) if batch else n_p
-
-        self.rows_held = np.array(
-            [sum(rows(p) for p in wp.partitions) for wp in plan.workers], dtype=np.float64
-        )
+        if plan.topology.kind != "star" and cost is not None and cost.cores is not None:
+            raise ConfigError(
+                f"policy {config.policy.name!r} sends gradients over a {plan.topology.kind} of "
+                "workers, for which the simulator does not model shared cores: leave the "
+                "cost model's cores unset (a machine per worker)"
+            )
+        self.rows_held = rows_per_round(self.prepared, config.batch_size)
         self.parts_held = np.array([len(wp.partitions) for wp in plan.workers], dtype=np.float64)
         self.loads = np.array([plan.load(w) for w in range(config.workers)])
         self.payload_bytes = [
@@ -342,10 +355,12 @@ class Simulator:
         for w in contacted:  # a crashing worker sends nothing (and holds no ingress)
             uploading[w] = w not in crash and self._uploads(w, payloads, spec.params, lazy_round)
         down = downlink_times(cost, theta_bytes, len(contacted))
-        ready = np.array(
-            [down[i] + compute[w] + self._delay(w, t, compute[w]) for i, w in enumerate(contacted)]
-        )
         sizes = [self.payload_bytes[w] if uploading[w] else 0 for w in contacted]
+        work = [self._cpu_work(compute[w], theta_bytes, sizes[i]) for i, w in enumerate(contacted)]
+        coordinator = float(np.sum(cost.coordinator_cpu(np.array([theta_bytes, *sizes]))))
+        coordinator += (len(contacted) - 1) * float(cost.coordinator_cpu(theta_bytes))
+        done = cpu_done(cost, down, np.array(work, dtype=np.float64), coordinator)
+        ready = np.array([done[i] + self._delay(w, t, compute[w]) for i, w in enumerate(contacted)])
         arrival = uplink_arrivals(cost, ready, sizes)
         # (seconds after θ_t was sent, order, kind, worker or place): ties keep arrival
         # order, then push order. A "connect" is a crashed worker back: newcomers
@@ -418,7 +433,8 @@ class Simulator:
                     uploading[w] = self._uploads(w, payloads, spec.params, lazy_round)
                     size = self.payload_bytes[w] if uploading[w] else 0
                     ready_at = at + cost.link_seconds(theta_bytes)
-                    ready_at += compute[w] + self._delay(w, t, compute[w])
+                    ready_at += self._cpu_work(compute[w], theta_bytes, size)
+                    ready_at += self._delay(w, t, compute[w])
                     arrive = float(uplink_arrivals(cost, np.array([ready_at]), [size])[0])
                     push(arrive, "arrive", w)
                     if policy.feasible(frozenset(outstanding)):
@@ -539,6 +555,11 @@ class Simulator:
         self, w: int, payloads: dict[int, np.ndarray], params: Mapping[str, float], lazy: bool
     ) -> bool:
         return not lazy or self.lazy[w].should_upload(payloads[w], params)
+
+    def _cpu_work(self, compute: float, theta_bytes: int, message_bytes: int) -> float:
+        """A worker's CPU seconds in a round: its compute, and on a shared machine
+        (``cost.cores``) parsing θ and building its message."""
+        return compute + self.cost.worker_cpu(theta_bytes) + self.cost.worker_cpu(message_bytes)
 
     def _delay(self, w: int, t: int, compute: float) -> float:
         return float(self.straggler.delay(w, t, compute, float(self.loads[w])))

@@ -56,6 +56,8 @@ def not_vectorizable(config: JobConfig, prepared: Prepared, cost: CostModel) -> 
         return "the straggler model crashes workers (replacements are played event by event)"
     if cost.compute == "measured":
         return 'compute = "measured" times every worker\'s real gradient'
+    if cost.cores is not None:
+        return "its workers share the cost model's cores, round by round"
     if config.batch_size:
         return "its rounds use mini-batches (job.batch_size), sampled round by round"
     return ""

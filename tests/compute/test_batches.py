@@ -99,3 +99,17 @@ def test_a_bad_batch_size_is_refused_naming_it(batch: object) -> None:
 
     with pytest.raises(ConfigError, match=r"job\.batch_size"):
         JobConfig(batch_size=batch)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n_rows", [2, 33, 1000, 30_000])
+def test_the_linear_time_selection_takes_the_batch_smallest_hashes(n_rows: int) -> None:
+    # The rule by a full stable sort, as the contract states it, on partitions of the
+    # sizes real jobs have: the sampler's partial selection must agree round after round.
+    for t in range(3):
+        for b in (1, n_rows // 2, n_rows - 1):
+            if b < 1:
+                continue
+            key = batch_key(5, t, 1)
+            r = splitmix64(key ^ np.arange(n_rows, dtype=np.uint64))
+            expected = np.sort(np.argsort(r, kind="stable")[:b])
+            assert batch_rows(5, t, 1, n_rows, b).tolist() == expected.tolist()

@@ -10,7 +10,7 @@ import pytest
 from codedgd.services.errors import ConfigError, JobFailed
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.sim import CostModel, Simulator, simulate
-from codedgd.services.sim.cost import downlink_times, uplink_arrivals
+from codedgd.services.sim.cost import cpu_done, downlink_times, uplink_arrivals
 from codedgd.services.stragglers import FailStop, create_straggler_model
 
 SYNTH = Component("synthetic", {"rows": 400, "dim": 10})
@@ -89,6 +89,80 @@ def test_shared_links_queue_messages() -> None:
     # Ingress: ready at 0, 0.5, 10 with 100 bytes each at 100 B/s, first come first served.
     arrivals = uplink_arrivals(cost, np.array([0.5, 0.0, 10.0]), [100, 100, 100])
     assert arrivals.tolist() == [2.0, 1.0, 11.0]
+
+
+def _one_machine(cores: float, **cpu: float) -> CostModel:
+    """A shared machine with 10 ms of compute per partition and nothing else but ``cpu``."""
+    costs = {
+        "worker_cpu_seconds_per_message": 0.0,
+        "worker_cpu_seconds_per_byte": 0.0,
+        "coordinator_cpu_seconds_per_message": 0.0,
+        "coordinator_cpu_seconds_per_byte": 0.0,
+        **cpu,
+    }
+    return CostModel(
+        seconds_per_sample=0.0,
+        seconds_per_partition=0.01,
+        latency_seconds=0.0,
+        bandwidth_bytes_per_second=math.inf,
+        decode_seconds=0.0,
+        cores=cores,
+        **costs,
+    )
+
+
+def test_workers_on_one_machine_share_its_cores() -> None:
+    # 4 workers with 10 ms of compute each: 10 ms on a machine each (or 4 cores), 40 ms
+    # on one core, 20 ms on two, round after round.
+    def round_seconds(cost: CostModel) -> list[float]:
+        return [r.round_seconds for r in simulate(job(), cost).records]
+
+    assert round_seconds(_one_machine(4)) == pytest.approx([0.01] * 6)
+    assert round_seconds(_one_machine(1)) == pytest.approx([0.04] * 6)
+    assert round_seconds(_one_machine(2)) == pytest.approx([0.02] * 6)
+    assert round_seconds(_one_machine(4).replace(cores=None)) == pytest.approx([0.01] * 6)
+    # Processor sharing: a task started late gets the cores it shares from then on.
+    assert cpu_done(_one_machine(1), np.array([0.0, 1.0]), np.array([2.0, 1.0])).tolist() == [
+        3.0,
+        3.0,
+    ]
+    # The coordinator's CPU work takes its share of the cores too.
+    assert cpu_done(_one_machine(1), np.array([0.0]), np.array([1.0]), 1.0).tolist() == [2.0]
+
+
+def test_the_coordinator_handles_a_shared_machines_messages_one_at_a_time() -> None:
+    # No compute, 8 cores, 1 ms of coordinator CPU per message: the 4 copies of θ leave at
+    # 1, 2, 3, 4 ms, the results come back at once and are parsed one after another, the
+    # last at 5 ms.
+    cost = _one_machine(8, coordinator_cpu_seconds_per_message=0.001).replace(
+        seconds_per_partition=0.0
+    )
+    assert downlink_times(cost, 80, 4).tolist() == pytest.approx([0.001, 0.002, 0.003, 0.004])
+    result = simulate(job(), cost)
+    assert [r.round_seconds for r in result.records] == pytest.approx([0.005] * 6)
+    # A worker's per-message and per-byte CPU: θ in and its gradient out, 80 bytes each.
+    worker = _one_machine(8, worker_cpu_seconds_per_message=0.001, worker_cpu_seconds_per_byte=1e-5)
+    expected = 0.01 + 2 * (0.001 + 80 * 1e-5)
+    assert [r.round_seconds for r in simulate(job(), worker).records] == pytest.approx(
+        [expected] * 6
+    )
+
+
+def test_shared_cores_are_refused_where_they_are_not_modelled() -> None:
+    with pytest.raises(ConfigError, match="cores"):
+        CostModel(cores=0)
+    with pytest.raises(ConfigError, match="finite"):
+        CostModel(cores=math.inf)
+    with pytest.raises(ConfigError, match="cores"):
+        Simulator(job(policy=Component("ring-allreduce")), CostModel(cores=2))
+    # The vectorized engine leaves shared cores to the event engine, which "auto" picks
+    # (on one core the 4 equal shares all end at 40 ms: waiting for 3 saves nothing).
+    config = job(policy=Component("ignore-stragglers", {"s": 1}))
+    with pytest.raises(ConfigError, match="cores"):
+        simulate(config, _one_machine(1), engine="vectorized")
+    assert [r.round_seconds for r in simulate(config, _one_machine(1)).records] == pytest.approx(
+        [0.04] * 6
+    )
 
 
 def test_cost_model_errors_name_the_option() -> None:

@@ -38,6 +38,7 @@ def test_help_lists_job_and_cost_flags(capsys: pytest.CaptureFixture[str]) -> No
                 "--latency",
                 "--bandwidth",
                 "--ingress-bandwidth",
+                "--cores",
                 "--ideal",
                 "--trace-from-results",
             ],
@@ -50,6 +51,21 @@ def test_help_lists_job_and_cost_flags(capsys: pytest.CaptureFixture[str]) -> No
         text = capsys.readouterr().out
         for flag in flags:
             assert flag in text
+
+
+def test_cores_local_is_this_machines_and_a_bad_count_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import os
+
+    base = ["simulate", "-n", "2"]
+    assert parser().parse_args([*base, "--cores", "local"]).cores == float(os.cpu_count() or 1)
+    assert parser().parse_args([*base, "--cores", "3"]).cores == 3.0
+    for bad in ("0", "many", "inf"):
+        with pytest.raises(SystemExit) as exc:
+            parser().parse_args([*base, "--cores", bad])
+        assert exc.value.code == 2
+        assert "cores" in capsys.readouterr().err
 
 
 def test_simulate_then_replay_then_report(tmp_path: Path) -> None:
