@@ -28,7 +28,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -106,25 +107,33 @@ def images() -> None:
 @pytest.fixture(scope="module")
 def stack(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The README's command, as written, in the foreground of a child process."""
+    env = podman_env()  # CONTAINERS_CONF (runc, no ulimits): sandbox-only
+    started = time.time()
+    with compose_up(UP, env, tmp_path_factory.mktemp("compose-logs")) as prom:
+        yield Stack(PROJECT, env, "127.0.0.1:50051", prom, "http://127.0.0.1:3000", started)
+
+
+@contextmanager
+def compose_up(command: Sequence[str], env: dict[str, str], log_dir: Path) -> Iterator[Prometheus]:
+    """``command`` (a compose up, in the foreground of a child process) until Prometheus
+    is ready; the stack is taken down, its containers' logs kept in ``log_dir``, on exit."""
     for what, port in DEFAULT_PORTS.items():
         if not _port_free(port):
             pytest.fail(f"port {port} ({what}) is in use: the README's command publishes it")
-    env = podman_env()  # CONTAINERS_CONF (runc, no ulimits): sandbox-only
-    log_dir = tmp_path_factory.mktemp("compose-logs")
-    started = time.time()
-    with (log_dir / "podman-compose-up.log").open("wb") as log:
-        up = subprocess.Popen(UP, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log_path = log_dir / "podman-compose-up.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         prom = Prometheus("http://127.0.0.1:9090")
 
         def ready() -> bool | None:
             if up.poll() is not None:
-                log_text = (log_dir / "podman-compose-up.log").read_text(errors="replace")
-                pytest.fail(f"`{' '.join(UP)}` ended with {up.returncode}:\n{log_text[-3000:]}")
+                text = log_path.read_text(errors="replace")
+                pytest.fail(f"`{' '.join(command)}` ended with {up.returncode}:\n{text[-3000:]}")
             return True if prom.ready() else None
 
         wait_for(ready, timeout=600, what="Prometheus ready")
-        yield Stack(PROJECT, env, "127.0.0.1:50051", prom, "http://127.0.0.1:3000", started)
+        yield prom
     finally:
         _teardown(PROJECT, env, log_dir)
         up.terminate()

@@ -8,17 +8,12 @@ project); the sandbox-only settings are that module's (see its docstring).
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
 
-from tests.containers.support import ROOT, Prometheus, wait_for
 from tests.containers.test_compose import (
-    DEFAULT_PORTS,
-    PROJECT,
-    _port_free,
-    _teardown,
+    compose_up,
     images,  # noqa: F401 (the fixture: base images, cached layers, Grafana's stand-in)
 )
 
@@ -34,24 +29,9 @@ def test_the_readmes_scale_command_runs_the_default_job_on_eight_workers(
 ) -> None:
     from tests.containers.support import podman_env
 
-    for what, port in DEFAULT_PORTS.items():
-        if not _port_free(port):
-            pytest.fail(f"port {port} ({what}) is in use: the README's command publishes it")
     env = podman_env() | {"CODEDGD_WORKERS": str(SCALED)}
-    log_dir = tmp_path_factory.mktemp("compose-scale-logs")
-    with (log_dir / "podman-compose-up.log").open("wb") as log:
-        up = subprocess.Popen(UP_SCALED, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        prom = Prometheus("http://127.0.0.1:9090")
-        started = time.time()
-
-        def ready() -> bool | None:
-            if up.poll() is not None:
-                text = (log_dir / "podman-compose-up.log").read_text(errors="replace")
-                pytest.fail(f"`{' '.join(UP_SCALED)}` ended with {up.returncode}:\n{text[-3000:]}")
-            return True if prom.ready() else None
-
-        wait_for(ready, timeout=600, what="Prometheus ready")
+    started = time.time()
+    with compose_up(UP_SCALED, env, tmp_path_factory.mktemp("compose-scale-logs")) as prom:
         prom.wait_for_targets({"codedgd-coordinator": 1, "codedgd-worker": SCALED}, timeout=180)
         prom.wait_for_jobs_done(1, timeout=600)
         assert prom.value("codedgd_workers_connected") == SCALED
@@ -59,10 +39,3 @@ def test_the_readmes_scale_command_runs_the_default_job_on_eight_workers(
         computed = prom.api("query", query="codedgd_worker_rounds_computed_total")["result"]
         assert len([r for r in computed if float(r["value"][1]) > 0]) == SCALED
         print(f"scaled stack up and its job done in {time.time() - started:.0f} s")
-    finally:
-        _teardown(PROJECT, env, log_dir)
-        up.terminate()
-        try:
-            up.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            up.kill()
