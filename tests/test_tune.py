@@ -14,15 +14,22 @@ import pytest
 
 from codedgd.services.errors import ConfigError
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.job.prepare import prepare
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
+from codedgd.services.sim.engine import rows_per_round
 from codedgd.services.tuning import (
+    TOPOLOGIES,
+    Link,
     Observations,
     ResampledDelay,
     candidates,
     fit_delays,
+    label,
     observe,
     observe_trace,
+    search,
+    tree_shapes,
 )
 
 
@@ -271,3 +278,85 @@ def test_chance_differences_between_workers_are_not_taken_for_slow_machines() ->
     assert np.all(obs.persistent_excess() == 0.0)
     assert float(obs.slowness().max()) < 1.25
     assert not [c for c in candidates(8, speeds=1.0 / obs.slowness()) if c.name == "hetero"]
+
+
+def test_a_mini_batch_source_is_costed_on_the_rows_its_rounds_used() -> None:
+    # The source computed 0.01 s a round over its samples of 10 rows of each partition
+    # (not over the 100 rows each partition holds): a candidate with the same load must
+    # be predicted to compute about as long, not 10x less.
+    source = JobConfig(
+        workers=4,
+        rounds=20,
+        seed=2,
+        data=Component("synthetic", {"rows": 500, "dim": 5, "test_fraction": 0.2}),
+        batch_size=10,
+    )
+    prepared = prepare(source, None)
+    assert rows_per_round(prepared, 10).tolist() == [10.0] * 4
+    assert rows_per_round(prepared, 0).tolist() == [100.0] * 4
+    # Each response: the 0.01 s compute and up to 4 ms of delay beyond it.
+    records = [_record(t, {w: 0.01 + 0.002 * ((t + w) % 3) for w in range(4)}) for t in range(20)]
+    obs = observe(records, 4)
+    tail = fit_delays(obs).best
+    [uncoded] = search(
+        source, obs, tail, target_loss=-1.0, rounds=5, repeats=1, policies=["uncoded"]
+    )
+    assert 0.01 <= uncoded.round_seconds[0] <= 0.0145
+
+
+def test_tree_shapes_are_every_full_tree_of_n_workers() -> None:
+    assert tree_shapes(12) == [(3, 2), (12, 1)]
+    assert tree_shapes(14) == [(2, 3), (14, 1)]
+    assert tree_shapes(8) == [(8, 1)]
+    labels = [label(c) for c in candidates(12, TOPOLOGIES)]
+    assert labels == [
+        "ring-allreduce",
+        "tree fanout=3 levels=2",
+        "tree fanout=12 levels=1",
+        "codedreduce fanout=3 levels=2 s=1",
+        "codedreduce fanout=12 levels=1 s=1",
+        "codedreduce fanout=12 levels=1 s=6",
+    ]
+
+
+def _source_12() -> tuple[JobConfig, Observations]:
+    source = JobConfig(
+        workers=12,
+        rounds=20,
+        seed=4,
+        data=Component("synthetic", {"rows": 1200, "dim": 8}),
+        stragglers=Component("exponential", {"mean": 0.05}),
+    )
+    records = simulate(source, CostModel.ideal().replace(compute="model")).records
+    return source, observe(records, 12)
+
+
+def test_topologies_are_searched_over_a_stated_link_and_pay_its_hops() -> None:
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+    with pytest.raises(ConfigError, match="--link-latency"):
+        search(source, obs, tail, target_loss=-1.0, rounds=4, repeats=1, policies=["tree"])
+
+    def by_label(link: Link) -> dict[str, float]:
+        out = search(source, obs, tail, target_loss=-1.0, rounds=4, repeats=1, link=link)
+        assert not [o.error for o in out if o.error]
+        return {o.label: float(np.mean(o.round_seconds)) for o in out}
+
+    free = by_label(Link(0.0, math.inf))
+    assert {"ring-allreduce", "codedreduce fanout=3 levels=2 s=1", "frc s=1"} <= set(free)
+    # Free links: the ring waits for every worker, as uncoded does, and no longer.
+    assert free["ring-allreduce"] == pytest.approx(free["uncoded"], rel=0.05)
+    # 50 ms a hop: the ring's 2(n-1) = 22 steps a round cost it over a second; the star
+    # policies are unchanged (their network time is in the recorded delays).
+    slow = by_label(Link(0.05, math.inf))
+    assert slow["ring-allreduce"] > free["ring-allreduce"] + 1.0
+    assert slow["uncoded"] == pytest.approx(free["uncoded"], rel=1e-3)  # (decode is timed)
+    with pytest.raises(ConfigError, match="latency"):
+        Link(-1.0, 1e9)
+
+
+def test_tune_wants_both_link_flags_or_neither(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text("{}")
+    done = _cli("tune", "x.json", "--link-latency", "0.001", cwd=tmp_path)
+    assert done.returncode == 2 and "--link-bandwidth" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -20,7 +20,7 @@ from codedgd.services.errors import ConfigError
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``tune`` to a subparsers object."""
-    from codedgd.services.tuning.search import SEARCHED
+    from codedgd.services.tuning.search import SEARCHED, TOPOLOGIES
 
     p: argparse.ArgumentParser = subparsers.add_parser(
         "tune",
@@ -35,7 +35,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "data, model and seed, replaying resampled rounds of the recorded delays, and "
             "print the candidates ranked by predicted time to the target loss (median and "
             "range over --repeats replays), with their compute, upload and data "
-            "replication. --write saves the winner as a job file for `codedgd run --config`. "
+            "replication. With --link-latency and --link-bandwidth (the links between "
+            "workers, which a run's delays do not measure) the worker-to-worker topologies "
+            "(ring-allreduce, tree, codedreduce) are searched too. "
+            "--write saves the winner as a job file for `codedgd run --config`. "
             "With --probe JOB.toml it first runs a short uncoded job on the live pool "
             "(--coordinator) and tunes on that. See docs/tuning.md."
         ),
@@ -101,8 +104,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         action="append",
-        choices=SEARCHED,
-        help="search only these policies (repeatable; default all of them)",
+        choices=SEARCHED + TOPOLOGIES,
+        help="search only these policies (repeatable; default all of them: the star "
+        "policies, and the topologies too with --link-latency and --link-bandwidth)",
+    )
+    link = p.add_argument_group(
+        "the links between workers (searches ring-allreduce, tree and codedreduce too)"
+    )
+    link.add_argument(
+        "--link-latency",
+        type=float,
+        metavar="SECONDS",
+        help="one hop's latency between two workers (a run's delays do not measure it)",
+    )
+    link.add_argument(
+        "--link-bandwidth",
+        type=float,
+        metavar="BYTES_PER_S",
+        help="one worker's link bandwidth, bytes/s (inf: free); give both or neither",
     )
     p.add_argument("--top", type=int, default=8, help="candidates to print (default 8)")
     p.add_argument("--write", metavar="JOB.toml", help="write the winner as a job file")
@@ -126,6 +145,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from codedgd.services.stragglers.models import load_trace
     from codedgd.services.tuning import (
         SEARCHED,
+        Link,
         fit_delays,
         label,
         observe,
@@ -137,6 +157,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError("--repeats, --rounds and --top must be >= 1")
     if (args.results is None) == (args.probe is None):
         raise ConfigError("give a result file, or --probe JOB.toml (not both)")
+    if (args.link_latency is None) != (args.link_bandwidth is None):
+        raise ConfigError(
+            "give both --link-latency and --link-bandwidth (the links between workers), or neither"
+        )
+    link = Link(args.link_latency, args.link_bandwidth) if args.link_latency is not None else None
     if args.probe is not None:
         args.results = _probe(args)
     job_doc, _, records = read_result_file(args.results)
@@ -201,6 +226,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             policies=args.policy or SEARCHED,
             data_dir=args.data_dir,
             on_step=bar,
+            link=link,
         )
     finally:
         bar.close()

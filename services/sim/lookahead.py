@@ -3,11 +3,12 @@
 Every ``window`` rounds :class:`Lookahead.choose` refits the delays of the last rounds
 (:func:`~codedgd.services.stragglers.fitted.observe`, censored fits, resampled replay),
 then runs each candidate stop rule K (erasurehead on the same groups, K = n being exact)
-on the vectorized simulator for ``horizon`` rounds **from the current θ**, on the job's
-own data and model, all with the same replayed delays (a paired comparison), averaged over
-``replays`` replays. Every candidate gets the time the current K's ``horizon`` rounds take;
-the one with the lowest loss then wins, and the policy switches only when it makes more
-than ``margin`` (20 %) more progress than the current K, so noise does not flap it.
+on the simulator (the vectorized engine; the events one for mini-batch rounds) for
+``horizon`` rounds **from the current θ**, on the job's own data and model, all with the
+same replayed delays (a paired comparison), averaged over ``replays`` replays. Every
+candidate gets the time the current K's ``horizon`` rounds take; the one with the lowest
+loss then wins, and the policy switches only when it makes more than ``margin`` (20 %)
+more progress than the current K, so noise does not flap it.
 
 The coordinator attaches one to an ``auto`` job with a cost model fitted from the live
 rounds (compute per row from the reported compute seconds, links free: the recorded delays
@@ -32,7 +33,8 @@ from codedgd.services.models import objective
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import CostModel
-from codedgd.services.sim.vectorized import VectorizedSimulator
+from codedgd.services.sim.engine import Simulator, rows_per_round
+from codedgd.services.sim.vectorized import VectorizedSimulator, not_vectorizable
 from codedgd.services.stragglers.fitted import (
     DelayFit,
     Observations,
@@ -67,9 +69,9 @@ class Lookahead:
         decode = float(np.median([r.decode_seconds for r in records]))
         if self.cost is not None:
             return self.cost.replace(decode_seconds=decode)
-        rows = [len(self.prepared.blocks[p]) for p in self.prepared.plan.workers[0].partitions]
+        rows = float(np.median(rows_per_round(self.prepared, self.config.batch_size)))
         return CostModel(
-            seconds_per_sample=obs_compute / max(sum(rows), 1),
+            seconds_per_sample=obs_compute / max(rows, 1.0),
             seconds_per_partition=0.0,
             latency_seconds=0.0,
             bandwidth_bytes_per_second=math.inf,
@@ -108,7 +110,12 @@ class Lookahead:
             policy=Component("erasurehead", options),
             stragglers=Component("none", {}),
         )
-        sim = VectorizedSimulator(config, cost, prepared=prepared, per_worker=False)
+        # The vectorized engine where it can (most jobs); mini-batch rounds on the events one.
+        sim: Simulator
+        if not_vectorizable(config, prepared, cost):
+            sim = Simulator(config, cost, prepared=prepared)
+        else:
+            sim = VectorizedSimulator(config, cost, prepared=prepared, per_worker=False)
         sim.straggler = ResampledDelay(obs, tail, seed=seed)
         curve: list[tuple[float, float]] = []
 

@@ -16,13 +16,24 @@ from codedgd.services.stragglers.fitted import (
     observe,
     observe_trace,
 )
-from codedgd.services.tuning.search import SEARCHED, Outcome, candidates, label, search
+from codedgd.services.tuning.search import (
+    SEARCHED,
+    TOPOLOGIES,
+    Link,
+    Outcome,
+    candidates,
+    label,
+    search,
+    tree_shapes,
+)
 
 __all__ = [
     "FAMILIES",
     "SEARCHED",
+    "TOPOLOGIES",
     "DelayFit",
     "Fit",
+    "Link",
     "Observations",
     "Outcome",
     "ResampledDelay",
@@ -32,4 +43,5 @@ __all__ = [
     "observe",
     "observe_trace",
     "search",
+    "tree_shapes",
 ]

@@ -8,14 +8,21 @@ loss is the median over the repeats, with the smallest and largest as the interv
 repeat that never reaches the target within the rounds counts as not reaching it.
 
 The cost model: compute is ``seconds_per_sample`` × rows, calibrated from the source run
-(its median compute seconds over the rows a worker held), so the candidates pay for the
-load they give a worker; links cost nothing, because the recorded excess delays already
+(its median compute seconds over the rows a worker computed over in a round: all it
+held, or its mini-batch samples), so the candidates pay for the load they give a
+worker; links cost nothing, because the recorded excess delays already
 hold the source's network time (for messages of the same size: every candidate here
 sends one whole gradient per worker); decode is timed on this machine. A worker that was
 persistently slower than the pool is replayed as a slower machine
 (:meth:`~codedgd.services.stragglers.fitted.Observations.slowness`), and ``hetero`` candidates
-give each worker data in proportion to its measured speed. Lazy and robust
-policies and the worker-to-worker topologies are not searched yet (docs/tuning.md).
+give each worker data in proportion to its measured speed.
+
+The worker-to-worker topologies (ring all-reduce, trees, CodedReduce) are searched only
+with a stated :class:`Link`: their messages travel between workers, hop after hop, and a
+result file's delays cannot tell the links' time from the straggling. Their candidates
+replay the same delays (which hold the source's own round trip, so the topologies' hops
+come on top of it: a conservative prediction) and pay the link's latency and bandwidth
+on every hop. Lazy and robust policies are not searched yet (docs/tuning.md).
 """
 
 from __future__ import annotations
@@ -33,11 +40,13 @@ from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.policies.registry import create
 from codedgd.services.sim.cost import CostModel
+from codedgd.services.sim.engine import rows_per_round
 from codedgd.services.sim.engines import make_simulator
 from codedgd.services.stragglers import StragglerModel
 from codedgd.services.stragglers.fitted import DelayFit, Observations, ResampledDelay
 
 SEARCHED = ("uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead", "hetero")
+TOPOLOGIES = ("ring-allreduce", "tree", "codedreduce")  # searched with a stated Link
 HETEROGENEOUS = 1.25  # slowest / fastest worker beyond which speed-aware loads are tried
 
 
@@ -51,10 +60,11 @@ def candidates(
     ``hetero`` is tried with ``speeds`` (relative, one per worker) when they differ by
     more than :data:`HETEROGENEOUS`.
     """
-    unknown = sorted(set(policies) - set(SEARCHED))
+    unknown = sorted(set(policies) - set(SEARCHED) - set(TOPOLOGIES))
     if unknown:
         raise ConfigError(
-            f"tune cannot search {', '.join(unknown)}; it searches {', '.join(SEARCHED)}"
+            f"tune cannot search {', '.join(unknown)}; it searches "
+            f"{', '.join(SEARCHED + TOPOLOGIES)}"
         )
     out: list[Component] = []
     fractions = sorted({max(1, n // 16), max(1, n // 8), max(1, n // 4), max(1, n // 2)})
@@ -79,6 +89,15 @@ def candidates(
                 for s in sorted({0, 1, max(1, n // 8)}):
                     if s < n:
                         out.append(Component(name, {"s": s, "speeds": text}))
+        elif name == "ring-allreduce":
+            out.append(Component(name, {}))
+        elif name == "tree":
+            out += [Component(name, {"fanout": m, "levels": lv}) for m, lv in tree_shapes(n)]
+        elif name == "codedreduce":
+            for m, lv in tree_shapes(n):
+                for s in sorted({1, m // 2}):
+                    if 1 <= s < m:
+                        out.append(Component(name, {"fanout": m, "levels": lv, "s": s}))
     valid = []
     for c in out:
         try:
@@ -88,6 +107,39 @@ def candidates(
             continue
         valid.append(c)
     return valid
+
+
+def tree_shapes(n: int) -> list[tuple[int, int]]:
+    """Every (fanout m, levels L) of a full tree of n workers: n = m + m² + … + m^L."""
+    shapes = []
+    for m in range(2, n + 1):
+        total, width, levels = 0, 1, 0
+        while total < n:
+            width *= m
+            total += width
+            levels += 1
+        if total == n:
+            shapes.append((m, levels))
+    return shapes
+
+
+@dataclass(frozen=True)
+class Link:
+    """The links between workers that topology candidates pay for, hop by hop."""
+
+    latency_seconds: float
+    bandwidth_bytes_per_second: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.latency_seconds) and self.latency_seconds >= 0):
+            raise ConfigError(
+                f"the link's latency must be a number of seconds >= 0, got {self.latency_seconds!r}"
+            )
+        if not self.bandwidth_bytes_per_second > 0:
+            raise ConfigError(
+                "the link's bandwidth must be a number of bytes/s > 0 (inf: free), got "
+                f"{self.bandwidth_bytes_per_second!r}"
+            )
 
 
 def label(c: Component) -> str:
@@ -145,10 +197,7 @@ class Outcome:
 
 def _rows_held(prepared: Prepared) -> np.ndarray:
     """Training rows each worker of the plan holds."""
-    return np.array(
-        [sum(len(prepared.blocks[p]) for p in wp.partitions) for wp in prepared.plan.workers],
-        dtype=np.float64,
-    )
+    return rows_per_round(prepared, 0)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -168,12 +217,24 @@ def search(
     on_step: Callable[[str], None] | None = None,
     delays: Callable[[int], StragglerModel] | None = None,
     cost: CostModel | None = None,
+    link: Link | None = None,
 ) -> list[Outcome]:
     """Simulate every candidate ``repeats`` times; the outcomes, best first.
 
     ``delays(repeat)`` and ``cost`` replace the replayed delays and the fitted cost model
-    (an exhaustive search under known delays, as bench/bench_tune.py runs it).
+    (an exhaustive search under known delays, as bench/bench_tune.py runs it). With a
+    ``link``, the worker-to-worker topologies are searched too (all of them when
+    ``policies`` is the default), over that link.
     """
+    if link is not None and tuple(policies) == SEARCHED:
+        policies = SEARCHED + TOPOLOGIES
+    hops = [p for p in policies if p in TOPOLOGIES]
+    if hops and link is None:
+        raise ConfigError(
+            f"{', '.join(hops)} send gradients between workers, hop after hop, and a run's "
+            "delays do not measure those links: state them (tune --link-latency SECONDS "
+            "--link-bandwidth BYTES_PER_S) to search the topologies"
+        )
     if repeats < 1 or rounds < 1:
         raise ConfigError("tune needs --repeats >= 1 and --rounds >= 1")
     n = source.workers
@@ -181,10 +242,11 @@ def search(
         raise ConfigError(
             f"the delays are of {obs.n_workers} workers but the job has {n}: they are another job's"
         )
-    # Seconds per row of the source's cluster: its median compute over the rows a worker held.
+    # Seconds per row of the source's cluster: its median compute over the rows a worker
+    # computed over in a round (all it held, or its mini-batch samples).
     if cost is None:
-        held = _rows_held(prepare(source, data_dir))
-        per_row = obs.median_compute() / max(float(np.median(held)), 1.0)
+        used = rows_per_round(prepare(source, data_dir), source.batch_size)
+        per_row = obs.median_compute() / max(float(np.median(used)), 1.0)
         cost = CostModel(
             seconds_per_sample=per_row,
             seconds_per_partition=0.0,
@@ -192,6 +254,14 @@ def search(
             bandwidth_bytes_per_second=math.inf,
         )
     outcomes = []
+    over_link = (
+        cost.replace(
+            latency_seconds=link.latency_seconds,
+            bandwidth_bytes_per_second=link.bandwidth_bytes_per_second,
+        )
+        if link is not None
+        else cost
+    )
     for c in candidates(n, policies, speeds=1.0 / obs.slowness()):
         config = source.replace(
             policy=c, rounds=rounds, target_loss=target_loss, eval_every=1, partitions=0
@@ -208,7 +278,8 @@ def search(
         for rep in range(repeats):
             if on_step is not None:
                 on_step(f"{outcome.label} #{rep + 1}")
-            sim = make_simulator(config, cost, prepared=prepared, per_worker=False)
+            on = over_link if prepared.plan.topology.kind != "star" else cost
+            sim = make_simulator(config, on, prepared=prepared, per_worker=False)
             sim.straggler = delays(rep) if delays else ResampledDelay(obs, tail, seed=rep)
             try:
                 result = sim.run()

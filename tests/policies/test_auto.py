@@ -111,9 +111,11 @@ def test_bad_options_are_refused() -> None:
         create("auto", {"r": 3}).plan(8, 8)
 
 
+@pytest.mark.parametrize("batch_size", [0, 40])
 def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded(
-    tmp_path: Path,
+    tmp_path: Path, batch_size: int
 ) -> None:
+    # (With mini-batch rounds the look-ahead runs on the events engine: same decision.)
     # Group 0 (workers 0 and 1) is 2 s late every round: waiting for every group (K = 8)
     # waits for it; K = 6 does not.
     trace = tmp_path / "slow-group.json"
@@ -127,6 +129,7 @@ def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded(
         data=Component("synthetic", {"rows": 1600, "dim": 20}),
         policy=Component("auto", {"r": 2, "window": 10}),
         stragglers=Component("trace", {"path": str(trace)}),
+        batch_size=batch_size,
     )
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     records = simulate(config, cost).records
