@@ -503,10 +503,11 @@ batch, step size and Exp(mean 0.1 s) delays as torch DDP with gloo; docs/neural.
 tables and commands): the best codedgd policy (erasurehead r = 2, K = 4) reaches the test
 accuracy 2.58x sooner than DDP with an MLP and 2.39x with a CNN; the best exact code (frc
 s = 1) 2.20x and 1.68x. Without delays codedgd's uncoded star is 1.19x faster than DDP
-on the MLP. The simulator predicts these runs' rounds within 0.58-1.03 of the real ones
-only with the shared machine modelled (`codedgd simulate --cores local`: 8 workers and the
-coordinator on 2 cores, messages costing CPU); its default, a machine per worker,
-predicts a cluster's rounds, 5-8x shorter (docs/neural.md, `bench/bench_neural_sim.py`).
+on the MLP and 1.24x on the CNN. The simulator predicts these runs' rounds within
+0.58-1.03 of the real ones only with the shared machine modelled (`codedgd simulate
+--cores local`: 8 workers and the coordinator on 2 cores, messages costing CPU); its
+default, a machine per worker, predicts a cluster's rounds, 5-8x shorter
+(docs/neural.md, `bench/bench_neural_sim.py`).
 """
 
 
