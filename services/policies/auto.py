@@ -1,17 +1,24 @@
-"""``auto``: erasurehead's placement, with the stop rule chosen online by a look-ahead.
+"""``auto``: groups of workers that share partitions, with the group size r and the stop
+rule K chosen online by a look-ahead.
 
-Groups of r workers share r partitions (frc's and erasurehead's placement). What a round
-waits for is the one choice that needs no data movement: stop at the K-th arrival or once
-every group has one (K = n: exact, frc with s = r − 1; smaller K: erasurehead's early
-stop, unbiased by the 1/(1−p) rescaling). The round starts exact (K = n). Every
-``window`` rounds an attached chooser (the coordinator and the simulator attach
-:class:`codedgd.services.sim.lookahead.Lookahead`) refits the delays of the last rounds
-and simulates the next rounds from the current θ under every candidate K; the policy
-switches to the K the simulator predicts gets furthest in the same time, and says so
-(:meth:`round_note`: logged, counted, written into the round's record).
+Groups of r workers share r partitions (frc's and erasurehead's placement). A round waits
+for the K-th arrival or until every group has one (K = n: exact, frc with s = r − 1;
+smaller K: erasurehead's early stop, unbiased by the 1/(1−p) rescaling; r = 1 is uncoded
+or ignore-stragglers). The job starts at the configured r with K = n. Every ``window``
+rounds an attached chooser (the coordinator and the simulator attach
+:class:`codedgd.services.sim.lookahead.Lookahead`) refits the delays of the last rounds,
+simulates the next rounds from the current θ under every candidate (r, K) in
+``sizes`` × ``choices``, and the policy switches to the one predicted to save the most
+time over the job's remaining rounds, net of the cost of moving data.
 
-Without a chooser (a policy object used alone) it stays at K = n. Changing r, the lazy
-thresholds, or moving data to a new assignment is not done yet (docs/tuning.md).
+Changing K needs no data movement. Changing r does: the groups change, and each worker
+needs the partitions of its new group. :meth:`replan` hands the drivers the new plan; the
+coordinator ships every worker only the partitions it lacks between two rounds (going to
+a smaller r ships nothing) and times it, the simulator charges it on its clock. Every
+switch is said (:meth:`round_note`: logged, counted, written into the round's record),
+and a checkpoint keeps the (r, K) in use, so a resumed job is assigned with that r.
+
+Without a chooser (a policy object used alone) it stays at (r, n).
 """
 
 from __future__ import annotations
@@ -19,11 +26,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from codedgd.services.codes.erasurehead import erasure_probability
+from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.policies.base import Param, Plan, RoundSpec
 from codedgd.services.policies.erasurehead import ErasureHead
@@ -31,19 +40,37 @@ from codedgd.services.policies.registry import register
 from codedgd.services.records import RoundRecord
 
 
+@dataclass(frozen=True, order=True)
+class Choice:
+    """One configuration auto can run: group size r and stop rule K."""
+
+    r: int
+    k: int
+
+    def __str__(self) -> str:
+        return f"r={self.r} K={self.k}"
+
+
 class Chooser(Protocol):
-    """Picks the stop rule for the next rounds from the rounds so far."""
+    """Picks the (r, K) for the next rounds from the rounds so far."""
 
     def choose(
         self,
         t: int,
         theta: np.ndarray,
         records: Sequence[RoundRecord],
-        current: int,
-        choices: Sequence[int],
-    ) -> tuple[int, str]:
-        """(K to use from round t on, why) given the last rounds' records."""
+        current: Choice,
+        choices: Sequence[Choice],
+    ) -> tuple[Choice, str]:
+        """(the choice to use from round t on, why) given the last rounds' records."""
         ...
+
+
+def _ints(text: str, what: str) -> set[int]:
+    try:
+        return {int(v) for v in text.split(",") if v.strip()}
+    except ValueError:
+        raise PlanError(f"auto: {what}={text!r}: give whole numbers, comma-separated") from None
 
 
 @register
@@ -52,12 +79,20 @@ class Auto(ErasureHead):
     summary = (
         "adaptive: groups of r workers share r partitions; every `window` rounds a "
         "look-ahead on the simulator, with the delays refitted from the last rounds, picks "
-        "how many arrivals to wait for (K = n: exact frc; fewer: erasurehead)"
+        "the group size r (moving data when it pays) and how many arrivals to wait for "
+        "(K = n: exact frc; fewer: erasurehead)"
     )
     exact = False
     adapts = True
     parameters = (
-        Param("r", int, 2, "group size: workers sharing the same r partitions (r must divide n)"),
+        Param("r", int, 2, "starting group size: workers sharing r partitions (r divides n)"),
+        Param(
+            "sizes",
+            str,
+            "",
+            "the group sizes r to choose among, comma-separated, each dividing n (default: "
+            "those of 1, 2, 4 and the starting r that divide n); a change of r moves data",
+        ),
         Param("window", int, 10, "rounds between decisions, and rounds refitted (>= 5)"),
         Param(
             "choices",
@@ -68,40 +103,70 @@ class Auto(ErasureHead):
         ),
     )
 
-    def __init__(self, r: int = 2, window: int = 10, choices: str = "") -> None:
+    def __init__(self, r: int = 2, window: int = 10, choices: str = "", sizes: str = "") -> None:
         super().__init__(r=r, K=0, delta=1.0)
         if window < 5:
             raise ConfigError(f"auto: window must be >= 5 rounds (a fit needs them), got {window}")
         self.window = window
         self.choices_text = choices
-        self.choices: tuple[int, ...] = ()
+        self.sizes_text = sizes
+        self.choices: tuple[int, ...] = ()  # the K values
+        self.sizes: tuple[int, ...] = ()  # the r values
         self.chooser: Chooser | None = None
         self.switches = 0
+        self.moves = 0  # switches of r (data moved)
+        self._k_parts = 0
         self._records: deque[RoundRecord] = deque(maxlen=window)
         self._note = ""
-        self._pending: tuple[int, int, str] | None = None
+        self._pending: tuple[int, Choice, str] | None = None
+        self._replanned: Plan | None = None
+        self._ran = Choice(r, 0)
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         plan = super().plan(n_workers, n_partitions)
+        self._k_parts = n_partitions
         if self.choices_text.strip():
-            try:
-                wanted = {int(v) for v in self.choices_text.split(",")}
-            except ValueError:
-                raise PlanError(
-                    f"auto: choices={self.choices_text!r}: give K values, comma-separated"
-                ) from None
+            wanted = _ints(self.choices_text, "choices")
         else:
             wanted = {math.ceil(n_workers * f) for f in (0.25, 0.5, 0.75)} | {n_workers}
         bad = sorted(k for k in wanted if not 1 <= k <= n_workers)
         if bad:
             raise PlanError(f"auto: choices {bad} are not in 1..n={n_workers}")
         self.choices = tuple(sorted(wanted))
+        valid = divisors(n_workers)
+        if self.sizes_text.strip():
+            sizes = _ints(self.sizes_text, "sizes")
+            bad = sorted(r for r in sizes if r not in valid)
+            if bad:
+                raise PlanError(
+                    f"auto: sizes {bad} do not divide n={n_workers}: choose among {valid}"
+                )
+        else:
+            sizes = {r for r in (1, 2, 4) if r in valid}
+        self.sizes = tuple(sorted(sizes | {self.r}))
         self._use(n_workers)
+        self._ran = self.current
         return plan
+
+    @property
+    def current(self) -> Choice:
+        """The (r, K) in use."""
+        return Choice(self.r, self.k)
+
+    def options(self) -> tuple[Choice, ...]:
+        """Every (r, K) the chooser may pick."""
+        return tuple(Choice(r, k) for r in self.sizes for k in self.choices)
 
     def attach(self, chooser: Chooser) -> None:
         """Let ``chooser`` pick K every ``window`` rounds."""
         self.chooser = chooser
+
+    def _regroup(self, r: int) -> Plan:
+        """The plan with groups of r (sets r; the K in use is kept)."""
+        self.r = r
+        plan = self._plan_groups(self._n, self._k_parts, r)
+        self._use(self.k)
+        return plan
 
     def _use(self, k: int) -> None:
         self.k = k
@@ -113,17 +178,35 @@ class Auto(ErasureHead):
         thread); the switch takes effect in :meth:`begin_round` of the same round."""
         due = t > 0 and t % self.window == 0 and len(self._records) >= 5
         if due and self.chooser is not None:
-            k, why = self.chooser.choose(t, theta, list(self._records), self.k, self.choices)
-            self._pending = (t, k, why)
+            choice, why = self.chooser.choose(
+                t, theta, list(self._records), self.current, self.options()
+            )
+            self._pending = (t, choice, why)
+
+    def replan(self) -> Plan | None:
+        """The plan of a new group size, once, when the pending choice changes r."""
+        plan, self._replanned = self._replanned, None
+        pending = self._pending
+        if pending is not None and pending[1].r != self.r:
+            plan = self._regroup(pending[1].r)
+            self.moves += 1
+        return plan
 
     def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
         self._note = ""
         pending, self._pending = self._pending, None
-        if pending is not None and pending[0] == t and pending[1] != self.k:
-            _, k, why = pending
-            self._note = f"auto: K {self.k} -> {k} ({why})"
-            self.switches += 1
-            self._use(k)
+        if pending is not None and pending[0] == t:
+            _, choice, why = pending
+            if choice.r != self.r:
+                raise PlanError(
+                    f"auto: round {t} is to run with r={choice.r} but the plan has r={self.r}: "
+                    "the driver must call replan() and move the data before begin_round()"
+                )
+            if choice != self._ran:
+                self._use(choice.k)
+                self._note = f"auto: {self._ran} -> {choice} ({why})"
+                self.switches += 1
+        self._ran = self.current  # what the last round ran: a switch is told against it
         return super().begin_round(t, theta)
 
     def observe(self, record: RoundRecord) -> None:
@@ -133,10 +216,16 @@ class Auto(ErasureHead):
         return self._note
 
     def state(self) -> dict[str, Any]:
-        return {"k": self.k}  # the K in use: a resumed job goes on with it
+        return {"k": self.k, "r": self.r}  # in use: a resumed job goes on with them
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         k = state.get("k")
         if not (isinstance(k, int) and 1 <= k <= self._n):
             raise ConfigError(f"auto: the checkpoint's K={k!r} is not in 1..n={self._n}")
+        r = state.get("r", self.r)  # checkpoints before r could change hold only K
+        if not (isinstance(r, int) and r >= 1 and self._n % r == 0):
+            raise ConfigError(f"auto: the checkpoint's r={r!r} does not divide n={self._n}")
+        if r != self.r:  # the job is assigned with the r it ran with (read replan())
+            self._replanned = self._regroup(r)
         self._use(k)
+        self._ran = self.current

@@ -114,6 +114,18 @@ class Plan:
         chunks = self.workers[worker].chunks
         return -(-dim // chunks)
 
+    def lacking(self, new: Plan) -> tuple[tuple[int, ...], ...]:
+        """For each worker of ``new``: the partitions its new place needs that its place in
+        this plan does not hold (what a re-assignment ships it)."""
+        if new.n_workers != self.n_workers:
+            raise PlanError(
+                f"a new plan for {new.n_workers} workers cannot follow one for {self.n_workers}"
+            )
+        return tuple(
+            tuple(p for p in wp.partitions if p not in set(old.partitions))
+            for old, wp in zip(self.workers, new.workers, strict=True)
+        )
+
     def reporters(self) -> tuple[int, ...]:
         """The workers whose results reach the coordinator (a tree: level 1 only)."""
         tree = self.topology.tree
@@ -286,6 +298,17 @@ class Policy(ABC):
 
     def between_rounds(self, t: int, theta: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Before round t (θ_t given): decide anything slow about it. Only if ``adapts``."""
+
+    def replan(self) -> Plan | None:
+        """A new plan that takes effect from the next round, or None (only if ``adapts``).
+
+        Read right after :meth:`between_rounds`. The drivers move the data it needs before
+        the round: the coordinator sends every worker its new place (an Assignment with
+        ``reassignment`` set, the rows of only the partitions it lacks) and waits for them
+        all; the simulator charges the shipping on its clock. Default: None (the plan
+        made by :meth:`plan` holds for the whole job).
+        """
+        return None
 
     def observe(self, record: RoundRecord) -> None:  # noqa: B027 - optional hook
         """After each round: its record, with when every answering worker's result arrived.

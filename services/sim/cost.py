@@ -296,6 +296,20 @@ def join_seconds(cost: CostModel, assignment_bytes: int) -> float:
     return 3 * cost.latency_seconds + assignment_bytes / cost.bandwidth_bytes_per_second
 
 
+def move_seconds(cost: CostModel, nbytes: Sequence[int] | np.ndarray) -> float:
+    """A re-assignment between rounds: every worker's new Assignment and the rows it lacks
+    (``nbytes[w]``) over its own link, and its ack back; with a shared egress, all of the
+    rows through it too. Nothing to ship: the Assignments and acks alone."""
+    sizes = np.asarray(nbytes, dtype=np.float64)
+    own = 2 * cost.latency_seconds + float(sizes.max(initial=0.0)) / cost.bandwidth_bytes_per_second
+    if sizes.any():
+        own += cost.latency_seconds
+    egress = cost.egress_bandwidth_bytes_per_second
+    if egress is not None:
+        own = max(own, 3 * cost.latency_seconds + float(sizes.sum()) / egress)
+    return own
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Compute constants measured on this machine, and how: ``full_seconds`` over

@@ -50,7 +50,7 @@ from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.failures import infeasible_message, no_replacement_message
 from codedgd.services.job.prepare import Prepared, prepare
-from codedgd.services.policies.base import Estimate
+from codedgd.services.policies.base import Estimate, Plan
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import (
     Calibration,
@@ -59,6 +59,7 @@ from codedgd.services.sim.cost import (
     cpu_done,
     downlink_times,
     join_seconds,
+    move_seconds,
     uplink_arrivals,
 )
 from codedgd.services.sim.newcomers import Newcomers
@@ -123,6 +124,9 @@ def rows_per_round(prepared: Prepared, batch_size: int) -> np.ndarray:
 class Simulator:
     """One simulated job: build once, then :meth:`run`."""
 
+    lazy: list[LazyUploader]  # the workers' lag-wk memory
+    newcomers: Newcomers  # lost places and the workers coming to take them
+
     def __init__(
         self,
         config: JobConfig,
@@ -152,12 +156,7 @@ class Simulator:
                 "workers, for which the simulator does not model shared cores: leave the "
                 "cost model's cores unset (a machine per worker)"
             )
-        self.rows_held = rows_per_round(self.prepared, config.batch_size)
-        self.parts_held = np.array([len(wp.partitions) for wp in plan.workers], dtype=np.float64)
-        self.loads = np.array([plan.load(w) for w in range(config.workers)])
-        self.payload_bytes = [
-            FLOAT_BYTES * plan.payload_length(w, self.prepared.dim) for w in range(config.workers)
-        ]
+        self._shares()
         cost = cost if cost is not None else CostModel()
         self.calibration: Calibration | None = None
         if cost.compute == "model" and (
@@ -183,6 +182,35 @@ class Simulator:
         self.computed = 0
         self.skipped = 0
         self._bind_workers()
+
+    def _shares(self) -> None:
+        """What each worker's place in the plan costs: rows, partitions, load, result bytes."""
+        plan, n = self.prepared.plan, self.config.workers
+        self.rows_held = rows_per_round(self.prepared, self.config.batch_size)
+        self.parts_held = np.array([len(wp.partitions) for wp in plan.workers], dtype=np.float64)
+        self.loads = np.array([plan.load(w) for w in range(n)])
+        dim = self.prepared.dim
+        self.payload_bytes = [FLOAT_BYTES * plan.payload_length(w, dim) for w in range(n)]
+
+    def move_to(self, plan: Plan) -> tuple[float, int, int]:
+        """Re-assign the workers to ``plan`` between rounds (a policy's :meth:`replan`):
+        (virtual seconds it takes, bytes of rows shipped, partitions shipped). Each worker
+        gets the rows of only the partitions it lacks (:func:`move_seconds`)."""
+        lacking = self.prepared.plan.lacking(plan)
+        sizes = partition_bytes(self.prepared)
+        per_worker = np.array([sum(sizes[p] for p in parts) for parts in lacking], dtype=np.int64)
+        seconds = move_seconds(self.cost, per_worker)
+        self.prepared.plan = plan
+        self._shares()
+        self._rebind()
+        return seconds, int(per_worker.sum()), sum(len(parts) for parts in lacking)
+
+    def _rebind(self) -> None:
+        """The workers' Computers over their new partitions (lag-wk memory and crash
+        bookkeeping kept: a re-assignment keeps the places and their holders)."""
+        lazy, newcomers = self.lazy, self.newcomers
+        self._bind_workers()
+        self.lazy, self.newcomers = lazy, newcomers
 
     def _bind_workers(self) -> None:
         """Each worker's Computer over its partitions, its lag-wk memory, and the crash
@@ -241,11 +269,18 @@ class Simulator:
         descent.evaluate_start()
         for t in range(cfg.rounds):
             point = descent.point()
+            moved = ""
             if prepared.policy.adapts:
                 prepared.policy.between_rounds(t, point)
+                plan = prepared.policy.replan()
+                if plan is not None:  # the data moves before the round, on the clock
+                    seconds, nbytes, parts = self.move_to(plan)
+                    wall += seconds
+                    compute_model = self.modelled_compute()
+                    moved = moved_text(parts, nbytes, seconds)
             self.current_round = t
             out = self._round(t, point, wall, compute_model, theta_bytes)
-            note = prepared.policy.round_note()
+            note = prepared.policy.round_note() + moved
             estimate = out.estimate
             assert estimate is not None
             decode_s = cost.decode_seconds if cost.decode_seconds is not None else out.decode
@@ -578,6 +613,23 @@ def _next(at: float) -> str:
     return (
         f": next arrival at {at:.3g} s" if math.isfinite(at) else ": the workers left never answer"
     )
+
+
+def moved_text(partitions: int, nbytes: int, seconds: float) -> str:
+    """What a re-assignment moved, for a round's note."""
+    return (
+        f"; re-assigned: {partitions} partition{'s' if partitions != 1 else ''} "
+        f"({nbytes / 1e6:.3g} MB) shipped in {seconds:.3g} s"
+    )
+
+
+def partition_bytes(prepared: Prepared) -> list[int]:
+    """Each partition's rows and labels in bytes on the wire (:func:`_nbytes`)."""
+    ds = prepared.dataset
+    return [
+        _nbytes(PartitionRows(p, take_rows(ds.X_train, block), ds.y_train[block]))
+        for p, block in enumerate(prepared.blocks)
+    ]
 
 
 def _nbytes(part: PartitionRows) -> int:

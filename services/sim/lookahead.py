@@ -1,20 +1,31 @@
-"""The ``auto`` policy's look-ahead: which stop rule gets furthest, simulated from here.
+"""The ``auto`` policy's look-ahead: which (r, K) saves the most time, simulated from here.
 
-Every ``window`` rounds :class:`Lookahead.choose` refits the delays of the last rounds
+Every ``window`` rounds :meth:`Lookahead.choose` refits the delays of the last rounds
 (:func:`~codedgd.services.stragglers.fitted.observe`, censored fits, resampled replay),
-then runs each candidate stop rule K (erasurehead on the same groups, K = n being exact)
-on the simulator (the vectorized engine; the events one for mini-batch rounds) for
-``horizon`` rounds **from the current θ**, on the job's own data and model, all with the
-same replayed delays (a paired comparison), averaged over ``replays`` replays. Every
-candidate gets the time the current K's ``horizon`` rounds take; the one with the lowest
-loss then wins, and the policy switches only when it makes more than ``margin`` (20 %)
-more progress than the current K, so noise does not flap it.
+then runs candidates on the simulator (the vectorized engine; the events one for
+mini-batch rounds) **from the current θ**, on the job's own data and model, all with the
+same replayed delays (a paired comparison), ``replays`` times:
+
+1. the current (r, K) for ``horizon`` rounds: it gets from the current loss to L (its
+   lowest) in T seconds;
+2. every other candidate (erasurehead with groups of r and stop rule K) until it reaches
+   L, or has used T / (1 − margin) seconds (beyond that it cannot win): τ seconds.
+
+A candidate that reaches L in τ would make the current's progress ``T / τ`` times as
+fast, so over the job's remaining rounds (``rounds − t``, each taking the current's T /
+horizon) it saves ``remaining · (1 − τ / T)`` seconds, **minus the cost of moving data**
+when its r differs from the current one (each worker is shipped the rows of the
+partitions its new group has and it lacks). The policy switches to the candidate that
+saves the most, if it is at least ``margin`` (20 %) faster than the current (so noise does
+not flap it) and saves more than the move costs. The cost of a move: on the coordinator,
+measured (seconds per row shipped at the job's start, then at each move); in the
+simulator, its cost model's links (:func:`~codedgd.services.sim.cost.move_seconds`).
 
 The coordinator attaches one to an ``auto`` job with a cost model fitted from the live
-rounds (compute per row from the reported compute seconds, links free: the recorded delays
-hold them); the simulator attaches one with its own cost model. Each decision simulates
-|choices| × horizon rounds: a weighted gradient and a loss evaluation each, on the
-process that holds the data.
+rounds (compute per row from the reported compute seconds, links free: the recorded
+delays hold them); the simulator attaches one with its own cost model. A decision
+simulates at most ``replays`` × (horizon + |candidates| × 1.25 horizon) rounds, each a
+weighted gradient and a loss evaluation, on the process that holds the data.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -30,10 +41,12 @@ from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared
 from codedgd.services.models import objective
+from codedgd.services.policies.auto import Choice
+from codedgd.services.policies.base import Plan
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
-from codedgd.services.sim.cost import CostModel
-from codedgd.services.sim.engine import Simulator, rows_per_round
+from codedgd.services.sim.cost import CostModel, move_seconds
+from codedgd.services.sim.engine import Simulator, partition_bytes, rows_per_round
 from codedgd.services.sim.vectorized import VectorizedSimulator, not_vectorizable
 from codedgd.services.stragglers.fitted import (
     DelayFit,
@@ -43,9 +56,12 @@ from codedgd.services.stragglers.fitted import (
     observe,
 )
 
+Shipping = Callable[[Plan, Plan], float]
+"""Seconds to move a job's workers from the first plan to the second."""
+
 
 class Lookahead:
-    """Chooses ``auto``'s K by simulating the next rounds (see the module docstring)."""
+    """Chooses ``auto``'s (r, K) by simulating the next rounds (see the module docstring)."""
 
     def __init__(
         self,
@@ -53,17 +69,24 @@ class Lookahead:
         prepared: Prepared,
         cost: CostModel | None = None,
         *,
+        shipping: Shipping | None = None,
         horizon: int | None = None,
         margin: float = 0.2,
         replays: int = 2,
+        memory: int = 10,
     ) -> None:
         self.config = config
         self.prepared = prepared
         self.cost = cost
+        self.shipping = shipping
         self.horizon = horizon
         self.margin = margin
         self.replays = replays
         self.decisions = 0
+        self._plans: dict[int, Plan] = {}
+        # Each worker's latest answered delays, over decisions: what a censored delay hides.
+        self.memory = memory
+        self._history: list[np.ndarray] = [np.empty(0)] * config.workers
 
     def _cost(self, records: Sequence[RoundRecord], obs_compute: float) -> CostModel:
         decode = float(np.median([r.decode_seconds for r in records]))
@@ -78,30 +101,59 @@ class Lookahead:
             decode_seconds=decode,
         )
 
+    def _remember(self, seen: Observations) -> None:
+        """Keep each worker's latest delays (``memory`` of them) for the decisions to come
+        (:meth:`Observations.informed`): every answered delay, and a cancelled worker's
+        bound when it exceeds what was known of it (it was at least that slow)."""
+        for w in range(seen.n_workers):
+            past = list(self._history[w])
+            for value, cut in zip(seen.excess[:, w], seen.censored[:, w], strict=True):
+                if np.isnan(value):
+                    continue
+                if not cut or not past or value > float(np.median(past)):
+                    past.append(float(value))
+            self._history[w] = np.asarray(past[-self.memory :], dtype=np.float64)
+
+    def plan_for(self, r: int) -> Plan:
+        """The placement of groups of r (what a candidate with that r runs)."""
+        if r not in self._plans:
+            policy = create("erasurehead", {"r": r, "K": self.config.workers})
+            self._plans[r] = policy.plan(self.config.workers, len(self.prepared.blocks))
+        return self._plans[r]
+
+    def move_cost(self, r: int) -> float:
+        """Predicted seconds to move the job from its current plan to groups of r."""
+        current = self.prepared.plan
+        target = self.plan_for(r)
+        if self.shipping is not None:
+            return self.shipping(current, target)
+        cost = self.cost if self.cost is not None else CostModel()
+        sizes = partition_bytes(self.prepared)
+        nbytes = [sum(sizes[p] for p in parts) for parts in current.lacking(target)]
+        return move_seconds(cost, nbytes)
+
     def _curve(
         self,
         seed: int,
         theta: np.ndarray,
-        k: int,
+        choice: Choice,
         obs: Observations,
         tail: DelayFit,
         cost: CostModel,
-        horizon: int,
-        until: float,
+        rounds: int,
+        until: float = math.inf,
+        goal: float = -math.inf,
     ) -> list[tuple[float, float]]:
-        """(virtual seconds, loss) of stop rule K from θ: ``horizon`` rounds, or as many as
-        fit in ``until`` seconds (at most 20·horizon)."""
+        """(virtual seconds, loss) of ``choice`` from θ: ``rounds`` rounds, or until it has
+        used ``until`` seconds or reached loss ``goal``."""
         n = self.config.workers
-        policy = self.prepared.policy
-        r = int(getattr(policy, "r", 1))
-        scaled = bool(getattr(policy, "scaled", True))
-        options = {"r": r, "K": k, "scaled": scaled}
+        scaled = bool(getattr(self.prepared.policy, "scaled", True))
+        options = {"r": choice.r, "K": choice.k, "scaled": scaled}
         candidate = create("erasurehead", options)
         plan = candidate.plan(n, len(self.prepared.blocks))
         prepared = dataclasses.replace(
             self.prepared, policy=candidate, plan=plan, theta0=np.array(theta, copy=True)
         )
-        rounds = horizon if math.isinf(until) else 20 * horizon
         config = self.config.replace(
             rounds=rounds,
             target_loss=None,
@@ -121,10 +173,10 @@ class Lookahead:
 
         def keep(record: RoundRecord) -> None:
             curve.append((record.wall_seconds, record.loss))
-            if record.wall_seconds >= until:
+            if record.wall_seconds >= until or record.loss <= goal:
                 raise _Enough
 
-        # Enough time used; or diverged or stuck: its curve so far competes either way.
+        # Enough time used, or there; or diverged or stuck: its curve so far competes.
         with contextlib.suppress(_Enough, CodedGDError):
             sim.run(on_record=keep)
         return curve
@@ -134,48 +186,79 @@ class Lookahead:
         t: int,
         theta: np.ndarray,
         records: Sequence[RoundRecord],
-        current: int,
-        choices: Sequence[int],
-    ) -> tuple[int, str]:
+        current: Choice,
+        choices: Sequence[Choice],
+    ) -> tuple[Choice, str]:
         try:
-            obs = observe(records, self.config.workers)
+            seen = observe(records, self.config.workers)
+            obs = seen.informed(self._history)
             tail = fit_delays(obs).best
         except CodedGDError as exc:
             return current, f"no refit: {exc}"
+        self._remember(seen)
         cost = self._cost(records, obs.median_compute())
         horizon = self.horizon or len(records)
         ds = self.prepared.dataset
         start_loss = float(objective(self.prepared.model, theta, ds.X_train, ds.y_train))
-        # The current rule's next `horizon` rounds set the time every candidate gets.
-        order = [current, *[k for k in choices if k != current]]
-        at: dict[int, float] = dict.fromkeys(order, 0.0)
-        spans = []
-        for replay in range(self.replays):  # the same replayed delays for every K
+        others = [c for c in choices if c != current]
+        spans: list[float] = []
+        goals: list[float] = []
+        taken: dict[Choice, list[float]] = {c: [] for c in others}
+        for replay in range(self.replays):  # the same replayed delays for every choice
             seed = t * self.replays + replay
-            until = math.inf
-            for k in order:
-                curve = self._curve(seed, theta, k, obs, tail, cost, horizon, until)
-                if k == current:
-                    until = curve[-1][0] if curve else 0.0
-                    spans.append(until)
-                at[k] += _loss_at(curve, until, start_loss) / self.replays
+            curve = self._curve(seed, theta, current, obs, tail, cost, horizon)
+            span, goal = _progress(curve, start_loss)
+            spans.append(span)
+            goals.append(goal)
+            for c in others:
+                budget = span / (1.0 - self.margin)
+                trial = self._curve(seed, theta, c, obs, tail, cost, 20 * horizon, budget, goal)
+                taken[c].append(_reached(trial, goal))
         self.decisions += 1
-        horizon_s = float(np.mean(spans))
-        allowed = [k for k in at if k in choices]  # the warm-up K need not be a choice
-        best = min(allowed, key=lambda k: (at[k], -k))
-        progress = start_loss - at[current] if current in at else math.inf
-        gain = at.get(current, math.inf) - at[best]
-        shown = ", ".join(f"K={k}: {at[k]:.6g}" for k in sorted(at))
-        if current not in choices or (best != current and gain > self.margin * max(progress, 0.0)):
-            return best, f"predicted loss after {horizon_s:.3g} s: {shown}"
-        return current, f"kept; predicted loss after {horizon_s:.3g} s: {shown}"
+        span = float(np.mean(spans))
+        remaining = max(self.config.rounds - t, 0) * span / max(horizon, 1)
+        tau = {c: float(np.mean(v)) for c, v in taken.items()}
+        moves = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}
+        saved = {
+            c: remaining * (1.0 - tau[c] / span) - moves[c] if span > 0 else -math.inf
+            for c in others
+        }
+        shown = ", ".join(
+            f"{c}: {tau[c]:.3g} s" + (f" + move {moves[c]:.3g} s" if moves[c] else "")
+            for c in sorted(others)
+            if math.isfinite(tau[c])
+        )
+        summary = (
+            f"{current} needs {span:.3g} s to reach loss {float(np.mean(goals)):.6g}; "
+            f"{shown or 'no other choice gets there within the margin'}; "
+            f"{remaining:.3g} s left"
+        )
+        fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
+        if current not in choices:  # the warm-up rule is not a choice: take the best one
+            best = min(choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k))
+            return best, summary
+        if fast:
+            best = max(fast, key=lambda c: (saved[c], -c.r, c.k))
+            return best, f"saves {saved[best]:.3g} s: {summary}"
+        return current, f"kept; {summary}"
 
 
 class _Enough(Exception):
-    """A look-ahead candidate has used the time it was given."""
+    """A look-ahead candidate has used the time it was given, or reached the goal."""
 
 
-def _loss_at(curve: list[tuple[float, float]], when: float, start: float) -> float:
-    """The loss of the last round done by ``when`` (the start's if none)."""
-    done = [loss for wall, loss in curve if wall <= when + 1e-12]
-    return done[-1] if done else start
+def _progress(curve: list[tuple[float, float]], start: float) -> tuple[float, float]:
+    """(seconds, loss) of a curve's progress: when it first reached its lowest loss, and
+    that loss. No progress at all: the whole curve's seconds, at the starting loss."""
+    if not curve:
+        return 0.0, start
+    finite = [(wall, loss) for wall, loss in curve if math.isfinite(loss)]
+    lowest = min(finite, key=lambda point: point[1], default=None)
+    if lowest is None or lowest[1] >= start:
+        return curve[-1][0], start
+    return lowest
+
+
+def _reached(curve: list[tuple[float, float]], goal: float) -> float:
+    """Seconds a curve took to reach ``goal`` (inf if it never did)."""
+    return next((wall for wall, loss in curve if loss <= goal), math.inf)

@@ -113,6 +113,10 @@ class VectorizedSimulator(Simulator):
             ]
         self._sizes = np.asarray(self.payload_bytes, dtype=np.float64)
 
+    def _rebind(self) -> None:
+        """A re-assignment: only the result sizes depend on the plan here."""
+        self._sizes = np.asarray(self.payload_bytes, dtype=np.float64)
+
     def _timed_decode(self, repeats: int = 5) -> float:
         """Median seconds of the policy's real decode after a random order of arrivals."""
         policy, plan = self.prepared.policy, self.prepared.plan

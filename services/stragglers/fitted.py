@@ -110,6 +110,35 @@ class Observations:
         out: np.ndarray = np.maximum(self.speed(), 1.0) * (1.0 + extra)
         return out
 
+    def informed(self, history: Sequence[np.ndarray]) -> Observations:
+        """These observations with each censored value replaced by what the worker's own
+        earlier delays say: the median of its ``history[w]`` (excess seconds seen before:
+        answered delays, and bounds it was known to exceed) above the bound, when it has
+        any there; otherwise left censored.
+
+        A worker that a round stops without (a slow one, under a policy that does without
+        it) is censored at the round's short decode time in every round it is stopped: the
+        pooled tail beyond that bound knows nothing of how slow it was when last waited
+        for. Its own last uncensored delays above the bound are the best guess of the
+        value hidden there (a bound among them makes it an underestimate); a worker that
+        has become fast answers again and refreshes them.
+        """
+        excess, censored = self.excess.copy(), self.censored.copy()
+        for i, w in zip(*np.nonzero(censored), strict=True):
+            past = history[w] if w < len(history) else np.empty(0)
+            above = past[past > excess[i, w]]
+            if above.size:
+                excess[i, w] = float(np.median(above))
+                censored[i, w] = False
+        return Observations(excess, censored, self.compute)
+
+    def uncensored(self, worker: int) -> np.ndarray:
+        """The worker's answered (uncensored) excess seconds, in round order."""
+        column = self.excess[:, worker]
+        keep = ~np.isnan(column) & ~self.censored[:, worker]
+        out: np.ndarray = column[keep]
+        return out
+
 
 def observe(records: Sequence[RoundRecord], n_workers: int) -> Observations:
     """The timings of ``records`` (a run of ``n_workers``), checked to be enough to fit."""

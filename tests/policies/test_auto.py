@@ -1,4 +1,4 @@
-"""auto: erasurehead's groups with the stop rule chosen online, every switch said."""
+"""auto: groups of r with r and the stop rule chosen online, every switch said, data moved."""
 
 from __future__ import annotations
 
@@ -11,28 +11,29 @@ import pytest
 
 from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.policies.auto import Auto
+from codedgd.services.policies.auto import Auto, Choice
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
 
 
 class Scripted:
-    """A chooser that answers from a script: round -> K."""
+    """A chooser that answers from a script: round -> (r, K)."""
 
-    def __init__(self, script: dict[int, int]) -> None:
-        self.script = script
-        self.asked: list[tuple[int, int, int]] = []
+    def __init__(self, script: dict[int, tuple[int, int]]) -> None:
+        self.script = {t: Choice(*rk) for t, rk in script.items()}
+        self.asked: list[tuple[int, int, Choice]] = []
 
     def choose(
         self,
         t: int,
         theta: np.ndarray,
         records: Sequence[RoundRecord],
-        current: int,
-        choices: Sequence[int],
-    ) -> tuple[int, str]:
+        current: Choice,
+        choices: Sequence[Choice],
+    ) -> tuple[Choice, str]:
         self.asked.append((t, len(records), current))
+        assert current in choices or current.k not in {c.k for c in choices}
         return self.script.get(t, current), "scripted"
 
 
@@ -58,7 +59,8 @@ def test_it_starts_exact_and_switches_only_when_due_and_told() -> None:
     assert isinstance(policy, Auto)
     policy.plan(8, 8)
     assert policy.choices == (2, 4, 6, 8) and policy.k == 8 and policy.scale == 1.0
-    chooser = Scripted({5: 4, 10: 4, 15: 8})
+    assert policy.sizes == (1, 2, 4)  # the default group sizes that divide n = 8
+    chooser = Scripted({5: (2, 4), 10: (2, 4), 15: (2, 8)})
     policy.attach(chooser)
     notes = {}
     for t in range(20):
@@ -69,9 +71,57 @@ def test_it_starts_exact_and_switches_only_when_due_and_told() -> None:
         policy.observe(_record(t))
     assert [a[0] for a in chooser.asked] == [5, 10, 15]  # every window, with >= 5 records
     assert all(a[1] == 5 for a in chooser.asked)  # the last window's records
-    assert notes[5] == "auto: K 8 -> 4 (scripted)" and notes[15] == "auto: K 4 -> 8 (scripted)"
+    assert notes[5] == "auto: r=2 K=8 -> r=2 K=4 (scripted)"
+    assert notes[15] == "auto: r=2 K=4 -> r=2 K=8 (scripted)"
     assert [t for t, n in notes.items() if n] == [5, 15] and policy.switches == 2
-    assert policy.state() == {"k": 8}
+    assert policy.state() == {"k": 8, "r": 2} and policy.moves == 0
+
+
+def test_a_new_group_size_is_a_new_plan_that_ships_only_what_workers_lack() -> None:
+    policy = create("auto", {"r": 2, "window": 5})
+    assert isinstance(policy, Auto)
+    first = policy.plan(8, 8)
+    policy.attach(Scripted({5: (4, 8), 10: (1, 6)}))
+    plans = {}
+    for t in range(15):
+        policy.between_rounds(t, np.zeros(3))
+        plan = policy.replan()
+        if plan is not None:
+            plans[t] = plan
+        policy.begin_round(t, np.zeros(3))
+        policy.observe(_record(t))
+    assert sorted(plans) == [5, 10] and policy.moves == 2
+    assert [wp.partitions for wp in plans[5].workers[:5]] == [(0, 1, 2, 3)] * 4 + [(4, 5, 6, 7)]
+    # Up from r = 2: each worker lacks the other pair of its new group; down: nothing.
+    assert first.lacking(plans[5]) == (
+        (2, 3),
+        (2, 3),
+        (0, 1),
+        (0, 1),
+        (6, 7),
+        (6, 7),
+        (4, 5),
+        (4, 5),
+    )
+    assert plans[5].lacking(plans[10]) == ((),) * 8
+    assert policy.state() == {"k": 6, "r": 1}
+    # r = 1, K = 6: ignore-stragglers, each worker its own partition.
+    assert _offer_all(policy, [7, 6, 5, 4, 3, 2]) == 6
+    np.testing.assert_allclose(policy.decode().gradient, 6 * np.ones(3) * policy.scale)
+
+
+def test_a_round_whose_data_was_not_moved_is_refused() -> None:
+    policy = create("auto", {"r": 2, "window": 5})
+    assert isinstance(policy, Auto)
+    policy.plan(8, 8)
+    policy.attach(Scripted({5: (4, 8)}))
+    for t in range(5):
+        policy.between_rounds(t, np.zeros(3))
+        policy.begin_round(t, np.zeros(3))
+        policy.observe(_record(t))
+    policy.between_rounds(5, np.zeros(3))
+    with pytest.raises(PlanError, match="must call replan"):
+        policy.begin_round(5, np.zeros(3))
 
 
 def test_k_n_is_frc_and_a_smaller_k_is_erasurehead() -> None:
@@ -88,16 +138,27 @@ def test_k_n_is_frc_and_a_smaller_k_is_erasurehead() -> None:
     np.testing.assert_allclose(est.gradient, 2 * np.ones(3) * auto.scale)
 
 
-def test_a_checkpoint_keeps_the_k_in_use() -> None:
+def test_a_checkpoint_keeps_the_r_and_k_in_use() -> None:
     a = create("auto", {})
     a.plan(8, 8)
     a._use(4)  # type: ignore[attr-defined]
     b = create("auto", {})
     b.plan(8, 8)
     b.load_state(a.state())
-    assert b.k == 4  # type: ignore[attr-defined]
+    assert b.k == 4 and b.replan() is None  # type: ignore[attr-defined]
+    # A job that had moved to r = 4: resumed, it is assigned with r = 4, once.
+    b.load_state({"k": 8, "r": 4})
+    plan = b.replan()
+    assert plan is not None and plan.workers[0].partitions == (0, 1, 2, 3)
+    assert b.replan() is None and b.state() == {"k": 8, "r": 4}
+    b.load_state({"k": 8, "r": 4})  # the descent loads it again: nothing more to move
+    assert b.replan() is None
+    b.load_state({"k": 8})  # a checkpoint from before r could change: r stays
+    assert b.state() == {"k": 8, "r": 4}
     with pytest.raises(ConfigError, match=r"K=99 is not in 1\.\.n=8"):
         b.load_state({"k": 99})
+    with pytest.raises(ConfigError, match=r"r=3 does not divide n=8"):
+        b.load_state({"k": 8, "r": 3})
 
 
 def test_bad_options_are_refused() -> None:
@@ -105,8 +166,10 @@ def test_bad_options_are_refused() -> None:
         create("auto", {"window": 2})
     with pytest.raises(PlanError, match=r"choices \[9\] are not in 1..n=8"):
         create("auto", {"choices": "4,9"}).plan(8, 8)
-    with pytest.raises(PlanError, match="give K values"):
+    with pytest.raises(PlanError, match="give whole numbers"):
         create("auto", {"choices": "half"}).plan(8, 8)
+    with pytest.raises(PlanError, match=r"sizes \[3\] do not divide n=8: choose among"):
+        create("auto", {"sizes": "2,3"}).plan(8, 8)
     with pytest.raises(PlanError, match="r=3 does not divide n=8"):
         create("auto", {"r": 3}).plan(8, 8)
 
@@ -127,7 +190,7 @@ def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded(
         seed=3,
         optimizer={"lr": 0.3},
         data=Component("synthetic", {"rows": 1600, "dim": 20}),
-        policy=Component("auto", {"r": 2, "window": 10}),
+        policy=Component("auto", {"r": 2, "window": 10, "sizes": "2"}),
         stragglers=Component("trace", {"path": str(trace)}),
         batch_size=batch_size,
     )
@@ -135,8 +198,8 @@ def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded(
     records = simulate(config, cost).records
     notes = [(r.round, r.note) for r in records if r.note]
     assert notes and notes[0][0] == 10, notes
-    assert notes[0][1].startswith("auto: K 8 -> 6 (predicted loss after")
-    assert all(t % 10 == 0 and note.startswith("auto: K ") for t, note in notes)
+    assert notes[0][1].startswith("auto: r=2 K=8 -> r=2 K=6 (saves ")
+    assert all(t % 10 == 0 and note.startswith("auto: r=2 K=") for t, note in notes)
     # Rounds at K = 6 stop at the 6th arrival and leave the late group out.
     after = records[10 : notes[1][0] if len(notes) > 1 else 40]
     assert all(r.uploads == 6 and r.wait_seconds < 1.0 for r in after)
@@ -155,3 +218,59 @@ def test_choices_without_n_force_the_first_decision() -> None:
     records = simulate(config, CostModel.ideal()).records
     assert [r.round for r in records if r.note] == [5]
     assert all(r.uploads <= 2 for r in records[5:])
+
+
+def _slow_pair_job(tmp_path: Path, **options: object) -> JobConfig:
+    """Workers 0 and 1 (one group of r = 2) are 2 s late in every round."""
+    trace = tmp_path / "slow-pair.json"
+    rows = [[2.0, 2.0] + [0.01 + 0.001 * w for w in range(6)] for _ in range(40)]
+    trace.write_text(json.dumps({"delays": rows}))
+    return JobConfig(
+        workers=8,
+        rounds=40,
+        seed=3,
+        optimizer={"lr": 0.3},
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        policy=Component("auto", {"r": 2, "window": 10, "choices": "8", **options}),
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+
+
+@pytest.mark.parametrize("engine", ["vectorized", "events"])
+def test_on_the_simulator_it_moves_data_to_a_larger_group_when_that_pays(
+    tmp_path: Path, engine: str
+) -> None:
+    # Exact rounds only (K = n): with r = 1 or 2 every round waits for the late pair;
+    # groups of 4 hold each pair's partitions twice over, and do not.
+    config = _slow_pair_job(tmp_path)
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    records = simulate(config, cost, engine=engine).records
+    notes = [(r.round, r.note) for r in records if r.note]
+    assert [t for t, _ in notes] == [10], notes
+    note = notes[0][1]
+    assert note.startswith("auto: r=2 K=8 -> r=4 K=8 (saves ")
+    # Each of the 8 workers is shipped the 2 partitions of its new group it lacks.
+    assert "re-assigned: 16 partitions (" in note and " MB) shipped in " in note
+    assert all(r.exact and r.wait_seconds > 2.0 for r in records[:10])
+    assert all(r.exact and r.wait_seconds < 1.0 for r in records[10:])
+    # The move is on the clock: between rounds 9 and 10, beyond round 10's own time.
+    gap = records[10].wall_seconds - records[9].wall_seconds - records[10].round_seconds
+    assert gap > 0
+    # Every round was exact, before the move and after: the same descent as frc's.
+    frc = simulate(config.replace(policy=Component("frc", {"s": 3})), cost, engine=engine)
+    assert records[-1].loss == pytest.approx(frc.records[-1].loss, rel=1e-9)
+
+
+def test_it_keeps_its_data_where_moving_costs_more_than_it_saves(tmp_path: Path) -> None:
+    config = _slow_pair_job(tmp_path)
+    # 250 B/s links: moving two partitions of 200 rows (27 kB) to each worker takes
+    # minutes; the 30 rounds left, a few seconds each, cannot pay for it.
+    cost = CostModel(
+        seconds_per_sample=0.05 / 160,
+        seconds_per_partition=0.0,
+        decode_seconds=1e-4,
+        bandwidth_bytes_per_second=250.0,
+    )
+    records = simulate(config, cost).records
+    assert [r.note for r in records if r.note] == []
+    assert all(r.wait_seconds > 2.0 for r in records)
