@@ -457,3 +457,11 @@ def _parse_line(line: bytes) -> RoundRecord | None:
         return RoundRecord.from_dict(json.loads(line))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def move_note(partitions: int, nbytes: int, seconds: float) -> str:
+    """What a re-assignment between rounds moved, appended to the round's note."""
+    return (
+        f"; re-assigned: {partitions} partition{'s' if partitions != 1 else ''} "
+        f"({nbytes / 1e6:.3g} MB) shipped in {seconds:.3g} s"
+    )

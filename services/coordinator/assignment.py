@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ class Assigner:
     timeout: float  # seconds to wait for workers, and for each acknowledgement
     places: Places
     credential: str = ""  # the job's peer credential (worker-to-worker topologies)
+    assign_seconds: float = 0.0  # the job's start: first Assignment sent to the last ack
 
     @property
     def topology(self) -> str:
@@ -83,6 +85,7 @@ class Assigner:
                 "must dial another address)"
             )
         job_json = self.config.to_json()
+        started = time.perf_counter()
         for index, session in enumerate(places.holders):
             await self.send(index, session, job_json)
         for index, future in places.acks.items():
@@ -99,6 +102,37 @@ class Assigner:
                 )
             elif error:
                 raise JobFailed(f"{places[index].label} cannot take its assignment: {error}")
+        self.assign_seconds = time.perf_counter() - started
+
+    async def reassign(self, plan: Plan) -> Moved:
+        """Move the job's places to ``plan`` between rounds (a policy's ``replan``): each
+        holder gets its new Assignment with ``reassignment`` set and the rows of only the
+        partitions it lacks; returns once every one has acknowledged, with the holders
+        that refused or did not answer within the timeout (the caller takes their places
+        from them: a newcomer takes one with the new plan)."""
+        started = time.perf_counter()
+        old = self.prepared.plan
+        lacking = old.lacking(plan)
+        self.prepared.plan = plan  # what every assignment from now on (newcomers too) gets
+        job_json = self.config.to_json()
+        loop = asyncio.get_running_loop()
+        sent_bytes = rows = parts = 0
+        waiting: dict[int, asyncio.Future[str]] = {}
+        for index, session in enumerate(self.places.holders):
+            if index in self.places.lost:
+                continue  # vacant: its newcomer is assigned the new plan
+            waiting[index] = self.places.acks[index] = loop.create_future()
+            sent = await self.send(index, session, job_json, reassign=lacking[index])
+            sent_bytes += sent
+            parts += len(lacking[index])
+            rows += sum(int(self.prepared.blocks[p].shape[0]) for p in lacking[index])
+        refused = {}
+        for index, future in waiting.items():
+            error = await self.acknowledged(future)
+            if error and index not in self.places.lost:
+                refused[index] = error
+        seconds = time.perf_counter() - started
+        return Moved(seconds, sent_bytes, parts, rows, refused)
 
     async def acknowledged(self, future: asyncio.Future[str]) -> str:
         """The worker's answer to its assignment: "" when it took it, else why not."""
@@ -114,8 +148,11 @@ class Assigner:
         job_json: str,
         *,
         replacement: bool = False,
-    ) -> None:
-        """Queue place ``index``'s Assignment, its partitions' rows and AssignmentEnd."""
+        reassign: tuple[int, ...] | None = None,
+    ) -> int:
+        """Queue place ``index``'s Assignment, its partitions' rows and AssignmentEnd;
+        the bytes queued. ``reassign``: a re-assignment of a holder, shipping the rows of
+        only these partitions (the ones it lacks)."""
         prepared = self.prepared
         plan, ds = prepared.plan, prepared.dataset
         n, dim = self.config.workers, prepared.dim
@@ -144,6 +181,7 @@ class Assigner:
                 options=options,
                 n_partitions=plan.n_partitions,
                 replacement=replacement,
+                reassignment=reassign is not None,
             )
         )
         if self.topology != "star":
@@ -156,14 +194,15 @@ class Assigner:
                 topology_message(plan, index, address, self.credential)
             )
         session.send(assignment)
-        self.metrics.assignment_bytes.inc(assignment.ByteSize())
-        for p in wp.partitions if not from_disk else ():
+        nbytes = assignment.ByteSize()
+        shipped = wp.partitions if reassign is None else reassign
+        for p in shipped if not from_disk else ():
             messages = partition_messages(
                 self.job_id, p, parts[p], ds.y_train[prepared.blocks[p]], self.chunk_bytes
             )
             for message in messages:
                 session.send(message)
-                self.metrics.assignment_bytes.inc(len(message))
+                nbytes += len(message)
                 await asyncio.sleep(0)
         memory = prepared.policy.worker_memory(index)
         if memory is not None:  # the place's last upload: the newcomer decides the same
@@ -171,8 +210,22 @@ class Assigner:
                 self.job_id, 0, [(LAST_UPLOAD_KEY, memory)], self.chunk_bytes
             ):
                 session.send(message)
-                self.metrics.assignment_bytes.inc(len(message))
+                nbytes += len(message)
         session.send(pb.CoordinatorMessage(assignment_end=pb.AssignmentEnd(job_id=self.job_id)))
+        self.metrics.assignment_bytes.inc(nbytes)
+        return nbytes
+
+
+@dataclass(frozen=True)
+class Moved:
+    """What a re-assignment took: seconds (first message queued to last ack), bytes
+    queued, the partitions and rows shipped, and the places whose holder refused it (why)."""
+
+    seconds: float
+    nbytes: int
+    partitions: int
+    rows: int
+    refused: dict[int, str]
 
 
 def topology_message(

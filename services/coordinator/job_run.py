@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from codedgd.services.coordinator.assignment import Assigner
+from codedgd.services.coordinator.assignment import Assigner, Moved
 from codedgd.services.coordinator.dataplane import DataPlane, data_plane
 from codedgd.services.coordinator.inbox import Inbox, Lost
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
@@ -47,6 +47,7 @@ from codedgd.services.messages import printable
 from codedgd.services.models.neural import export_network
 from codedgd.services.models.saved import save_model
 from codedgd.services.policies.auto import Auto
+from codedgd.services.policies.base import Plan
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import RecordLog, RoundRecord
 from codedgd.services.sim.lookahead import Lookahead
@@ -108,6 +109,10 @@ class JobRun:
     _descent: Descent | None = None
     _plane: DataPlane | None = None  # how the running job's rounds travel
     _loop: RoundLoop | None = None  # the running job's rounds
+    # Seconds per row the job's last shipping of rows took (auto's cost of moving data),
+    # and the partitions' rows.
+    _ship_rate: float = 0.0
+    _blocks: list[np.ndarray] = field(default_factory=list)
     # What the job waits for, in words ("": nothing), and while it waits for idle
     # workers to start, how many more it needs (see JobStatus in the .proto).
     detail: str = ""
@@ -292,13 +297,16 @@ class JobRun:
                 # What workers must remember (Policy.worker_memory) goes out with their
                 # assignments: the policy's memory first (the descent loads it again).
                 prepared.policy.load_state(self.resume.state["policy"])
+                plan = prepared.policy.replan()
+                if plan is not None:  # it had moved to another plan: assign that one
+                    prepared.plan = plan
             assigner = await self._assign(prepared)
             self._set_state("running")
             replacer = Replacer(self.sessions, self.places, self.inbox, assigner, self.metrics)
             replacing = asyncio.create_task(replacer.run())
             replacing.add_done_callback(log_crash)
             try:
-                await self._rounds(prepared)
+                await self._rounds(prepared, assigner)
             finally:
                 cancelled_meanwhile = await stop_replacer(replacing)
             if cancelled_meanwhile:  # a client's cancel landed as the last round ended
@@ -404,12 +412,23 @@ class JobRun:
         finally:
             self.detail, self.workers_missing = "", 0
             self.metrics.workers_missing.set(0)
+        # The cost of moving rows, measured: the assignment's seconds per row shipped.
+        self._blocks = prepared.blocks
+        rows = sum(int(prepared.blocks[p].shape[0]) for wp in plan.workers for p in wp.partitions)
+        self._ship_rate = assigner.assign_seconds / max(rows, 1)
         log.info(
             "job %s assigned to %s",
             self.id,
             ", ".join(f"{i}={s.name}" for i, s in enumerate(self.places.holders)),
         )
         return assigner
+
+    def _shipping(self, old: Plan, new: Plan) -> float:
+        """Predicted seconds to move the places from plan ``old`` to ``new``: the rows
+        each worker lacks, at the seconds per row this job's last shipping took (its
+        assignment, then its latest move)."""
+        rows = sum(int(self._blocks[p].shape[0]) for parts in old.lacking(new) for p in parts)
+        return self._ship_rate * rows
 
     def _idle_workers(self, idle: int) -> None:
         """While the job waits for workers: say how many it still needs, once per count."""
@@ -449,11 +468,23 @@ class JobRun:
                 text += f", {last.metric_name} {last.metric:.4g}"
         return text
 
-    async def _rounds(self, prepared: Prepared) -> None:
+    async def _rounds(self, prepared: Prepared, assigner: Assigner) -> None:
         if isinstance(prepared.policy, Auto):
-            # auto looks ahead on the simulator, with a cost model fitted to the rounds.
-            prepared.policy.attach(Lookahead(self.config, prepared))
+            # auto looks ahead on the simulator, with a cost model fitted to the rounds
+            # and the cost of moving data measured on this job's own shipping.
+            prepared.policy.attach(Lookahead(self.config, prepared, shipping=self._shipping))
         plane = self._plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
+
+        async def move(plan: Plan) -> Moved:
+            moved = await assigner.reassign(plan)
+            for index, error in moved.refused.items():
+                self.give_up(self.places[index], f"could not take its new assignment: {error}")
+            dim = prepared.dim
+            self.inbox.payload_len = [plan.payload_length(i, dim) for i in range(len(self.places))]
+            if moved.rows:
+                self._ship_rate = moved.seconds / moved.rows
+            return moved
+
         loop = self._loop = RoundLoop(
             self.id,
             self.config,
@@ -464,6 +495,7 @@ class JobRun:
             self.throw_out,
             self.release_silent,
             self.heartbeat_seconds,
+            move,
         )
         descent = self._descent = Descent(self.config, prepared)
         store, start, wall = self.store, 0, 0.0

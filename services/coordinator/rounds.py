@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from prometheus_client import Histogram
 
+from codedgd.services.coordinator.assignment import Moved
 from codedgd.services.coordinator.dataplane import DataPlane
 from codedgd.services.coordinator.guard import NormGuard
 from codedgd.services.coordinator.inbox import Inbox, Lost, Replaced
@@ -44,8 +45,9 @@ from codedgd.services.errors import DecodeError, JobFailed, WorkerFault
 from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.failures import infeasible_message, no_replacement_message
-from codedgd.services.policies.base import Estimate, Policy
-from codedgd.services.records import RoundRecord
+from codedgd.services.job.prepare import Prepared
+from codedgd.services.policies.base import Estimate, Plan, Policy
+from codedgd.services.records import RoundRecord, move_note
 
 log = logging.getLogger("codedgd.coordinator")
 
@@ -90,6 +92,7 @@ class RoundLoop:
         throw_out: Callable[[int, str], None],
         release_silent: Callable[[int, str], None] | None = None,
         heartbeat_seconds: float = 5.0,
+        move: Callable[[Plan], Awaitable[Moved]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.config = config
@@ -101,6 +104,7 @@ class RoundLoop:
         # worker index, reason: a silent peer; its place is lost, it is released from the job
         self.release_silent = release_silent or throw_out
         self.heartbeat_seconds = heartbeat_seconds  # how often workers report progress
+        self.move = move  # re-assigns the places to a policy's new plan between rounds
         self._round_times: deque[float] = deque(maxlen=RECENT_ROUNDS)  # the peer deadline's
         self._stalls: dict[tuple[int, int], Stall] = {}  # (reporter, peer) → its wait
         self._stall_round: tuple[int, int] = (-1, -1)  # the (round, attempt) they are of
@@ -151,11 +155,16 @@ class RoundLoop:
             on_round(t)
             self.metrics.round.set(t)
             point = descent.point()
+            moved = ""
             if policy.adapts:  # a look-ahead may take a while: off the event loop
                 await asyncio.to_thread(policy.between_rounds, t, point)
+                plan = policy.replan()
+                if plan is not None:  # the data moves before the round, on the clock
+                    moved, seconds = await self._move(t, plan, prepared)
+                    wall += seconds
             round_start = time.perf_counter()
             out = await self.one_round(t, point, policy)
-            note = policy.round_note()
+            note = policy.round_note() + moved
             if note:
                 log.info("job %s round %d: %s", self.job_id, t, note)
                 self.metrics.policy_switches.labels(policy.name).inc()
@@ -218,6 +227,28 @@ class RoundLoop:
                 log.info("job %s reached target loss %.6g at round %d", self.job_id, loss, t)
                 break
         descent.finish()
+
+    async def _move(self, t: int, plan: Plan, prepared: Prepared) -> tuple[str, float]:
+        """Re-assign the places to ``plan`` before round t: (the note's words, seconds)."""
+        if self.move is None:
+            raise JobFailed(
+                f"round {t}: policy {prepared.policy.name!r} changed its plan, but this job "
+                "cannot move data between rounds"
+            )
+        moved = await self.move(plan)
+        if self.guard is not None:  # a worker's result scale follows its coefficients
+            scales = [float(np.abs(w.coefficients).sum()) for w in plan.workers]
+            self.guard.scales = [v if v > 0 else 1.0 for v in scales]
+        log.info(
+            "job %s round %d: re-assigned %d partition(s), %d rows (%.3g MB), in %.3g s",
+            self.job_id,
+            t,
+            moved.partitions,
+            moved.rows,
+            moved.nbytes / 1e6,
+            moved.seconds,
+        )
+        return move_note(moved.partitions, moved.nbytes, moved.seconds), moved.seconds
 
     async def one_round(self, t: int, point: np.ndarray, policy: Policy) -> Outcome:
         """Round t at ``point``: from θ_t out to the decoded estimate.

@@ -56,7 +56,7 @@ class Reject(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., retry: _Optional[bool] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("job_id", "worker_index", "n_workers", "job_json", "partitions", "coefficients", "chunks", "dim", "inline_data", "options", "n_partitions", "replacement", "topology")
+    __slots__ = ("job_id", "worker_index", "n_workers", "job_json", "partitions", "coefficients", "chunks", "dim", "inline_data", "options", "n_partitions", "replacement", "topology", "reassignment")
     class OptionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class Assignment(_message.Message):
     N_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    REASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     worker_index: int
     n_workers: int
@@ -90,7 +91,8 @@ class Assignment(_message.Message):
     n_partitions: int
     replacement: bool
     topology: Topology
-    def __init__(self, job_id: _Optional[str] = ..., worker_index: _Optional[int] = ..., n_workers: _Optional[int] = ..., job_json: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., coefficients: _Optional[_Union[TensorChunk, _Mapping]] = ..., chunks: _Optional[int] = ..., dim: _Optional[int] = ..., inline_data: _Optional[bool] = ..., options: _Optional[_Mapping[str, str]] = ..., n_partitions: _Optional[int] = ..., replacement: _Optional[bool] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ...) -> None: ...
+    reassignment: bool
+    def __init__(self, job_id: _Optional[str] = ..., worker_index: _Optional[int] = ..., n_workers: _Optional[int] = ..., job_json: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., coefficients: _Optional[_Union[TensorChunk, _Mapping]] = ..., chunks: _Optional[int] = ..., dim: _Optional[int] = ..., inline_data: _Optional[bool] = ..., options: _Optional[_Mapping[str, str]] = ..., n_partitions: _Optional[int] = ..., replacement: _Optional[bool] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., reassignment: _Optional[bool] = ...) -> None: ...
 
 class Topology(_message.Message):
     __slots__ = ("kind", "peers", "parent", "children", "s", "tol", "code", "credential", "level")

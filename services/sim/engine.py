@@ -51,7 +51,7 @@ from codedgd.services.job.descent import Descent
 from codedgd.services.job.failures import infeasible_message, no_replacement_message
 from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.policies.base import Estimate, Plan
-from codedgd.services.records import RoundRecord
+from codedgd.services.records import RoundRecord, move_note
 from codedgd.services.sim.cost import (
     Calibration,
     CostModel,
@@ -277,7 +277,7 @@ class Simulator:
                     seconds, nbytes, parts = self.move_to(plan)
                     wall += seconds
                     compute_model = self.modelled_compute()
-                    moved = moved_text(parts, nbytes, seconds)
+                    moved = move_note(parts, nbytes, seconds)
             self.current_round = t
             out = self._round(t, point, wall, compute_model, theta_bytes)
             note = prepared.policy.round_note() + moved
@@ -612,14 +612,6 @@ class Simulator:
 def _next(at: float) -> str:
     return (
         f": next arrival at {at:.3g} s" if math.isfinite(at) else ": the workers left never answer"
-    )
-
-
-def moved_text(partitions: int, nbytes: int, seconds: float) -> str:
-    """What a re-assignment moved, for a round's note."""
-    return (
-        f"; re-assigned: {partitions} partition{'s' if partitions != 1 else ''} "
-        f"({nbytes / 1e6:.3g} MB) shipped in {seconds:.3g} s"
     )
 
 

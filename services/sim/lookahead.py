@@ -9,13 +9,16 @@ same replayed delays (a paired comparison), ``replays`` times:
 1. the current (r, K) for ``horizon`` rounds: it gets from the current loss to L (its
    lowest) in T seconds;
 2. every other candidate (erasurehead with groups of r and stop rule K) until it reaches
-   L, or has used T / (1 − margin) seconds (beyond that it cannot win): τ seconds.
+   L, or has used T / (1 − margin) seconds (beyond that it cannot win), and for
+   horizon / 2 rounds more once it has: τ seconds to get below L **and stay there** (an
+   approximate rule at its noise floor dips below a loss and back; it does not count).
 
 A candidate that reaches L in τ would make the current's progress ``T / τ`` times as
-fast, so over the job's remaining rounds (``rounds − t``, each taking the current's T /
-horizon) it saves ``remaining · (1 − τ / T)`` seconds, **minus the cost of moving data**
-when its r differs from the current one (each worker is shipped the rows of the
-partitions its new group has and it lacks). The policy switches to the candidate that
+fast, so over the job's remaining rounds (``rounds − t``; with a target loss, as many as
+the target is away at the current's pace, each taking the current's T / horizon) it
+saves ``remaining · (1 − τ / T)`` seconds, **minus the cost of moving data** when its r
+differs from the current one (each worker is shipped the rows of the partitions its new
+group has and it lacks). The policy switches to the candidate that
 saves the most, if it is at least ``margin`` (20 %) faster than the current (so noise does
 not flap it) and saves more than the move costs. The cost of a move: on the coordinator,
 measured (seconds per row shipped at the job's start, then at each move); in the
@@ -24,7 +27,7 @@ simulator, its cost model's links (:func:`~codedgd.services.sim.cost.move_second
 The coordinator attaches one to an ``auto`` job with a cost model fitted from the live
 rounds (compute per row from the reported compute seconds, links free: the recorded
 delays hold them); the simulator attaches one with its own cost model. A decision
-simulates at most ``replays`` × (horizon + |candidates| × 1.25 horizon) rounds, each a
+simulates at most ``replays`` × (horizon + |candidates| × 1.75 horizon) rounds, each a
 weighted gradient and a loss evaluation, on the process that holds the data.
 """
 
@@ -73,7 +76,7 @@ class Lookahead:
         horizon: int | None = None,
         margin: float = 0.2,
         replays: int = 2,
-        memory: int = 10,
+        memory: int = 6,
     ) -> None:
         self.config = config
         self.prepared = prepared
@@ -87,6 +90,8 @@ class Lookahead:
         # Each worker's latest answered delays, over decisions: what a censored delay hides.
         self.memory = memory
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
+        # The decision at which each worker last answered a round (-inf: never).
+        self._heard = [-math.inf] * config.workers
 
     def _cost(self, records: Sequence[RoundRecord], obs_compute: float) -> CostModel:
         decode = float(np.median([r.decode_seconds for r in records]))
@@ -102,17 +107,35 @@ class Lookahead:
         )
 
     def _remember(self, seen: Observations) -> None:
-        """Keep each worker's latest delays (``memory`` of them) for the decisions to come
+        """Keep each worker's latest delays (``memory`` of them, as
+        :meth:`Observations.relative` values) for the decisions to come
         (:meth:`Observations.informed`): every answered delay, and a cancelled worker's
         bound when it exceeds what was known of it (it was at least that slow)."""
+        relative = seen.relative()
         for w in range(seen.n_workers):
+            if (~seen.censored[:, w] & ~np.isnan(seen.excess[:, w])).any():
+                self._heard[w] = self.decisions
             past = list(self._history[w])
-            for value, cut in zip(seen.excess[:, w], seen.censored[:, w], strict=True):
+            for value, cut in zip(relative[:, w], seen.censored[:, w], strict=True):
                 if np.isnan(value):
                     continue
                 if not cut or not past or value > float(np.median(past)):
                     past.append(float(value))
             self._history[w] = np.asarray(past[-self.memory :], dtype=np.float64)
+
+    def _remaining(self, t: int, horizon: int, start: float, reached: float) -> float:
+        """Rounds the job has left at the current rule's pace: to job.rounds, or with a
+        target loss, as many as the target is away at the progress of the last horizon
+        (a straight line: an underestimate, as progress slows; 0 once it is reached)."""
+        left = float(max(self.config.rounds - t, 0))
+        target = self.config.target_loss
+        if target is None or not math.isfinite(target):
+            return left
+        if reached <= target:
+            return 0.0
+        if start > reached:
+            left = min(left, horizon * (reached - target) / (start - reached))
+        return left
 
     def plan_for(self, r: int) -> Plan:
         """The placement of groups of r (what a candidate with that r runs)."""
@@ -143,9 +166,11 @@ class Lookahead:
         rounds: int,
         until: float = math.inf,
         goal: float = -math.inf,
+        settle: int = 0,
     ) -> list[tuple[float, float]]:
         """(virtual seconds, loss) of ``choice`` from θ: ``rounds`` rounds, or until it has
-        used ``until`` seconds or reached loss ``goal``."""
+        used ``until`` seconds without reaching loss ``goal``, or reached it and gone on
+        for ``settle`` more rounds (to tell a loss that stays there from a noisy dip)."""
         n = self.config.workers
         scaled = bool(getattr(self.prepared.policy, "scaled", True))
         options = {"r": choice.r, "K": choice.k, "scaled": scaled}
@@ -170,10 +195,16 @@ class Lookahead:
             sim = VectorizedSimulator(config, cost, prepared=prepared, per_worker=False)
         sim.straggler = ResampledDelay(obs, tail, seed=seed)
         curve: list[tuple[float, float]] = []
+        reached_at: list[int] = []
 
         def keep(record: RoundRecord) -> None:
             curve.append((record.wall_seconds, record.loss))
-            if record.wall_seconds >= until or record.loss <= goal:
+            if record.loss <= goal and not reached_at:
+                reached_at.append(len(curve))
+            if reached_at:
+                if len(curve) - reached_at[0] >= settle:
+                    raise _Enough
+            elif record.wall_seconds >= until:
                 raise _Enough
 
         # Enough time used, or there; or diverged or stuck: its curve so far competes.
@@ -191,16 +222,20 @@ class Lookahead:
     ) -> tuple[Choice, str]:
         try:
             seen = observe(records, self.config.workers)
+            self._remember(seen)
             obs = seen.informed(self._history)
             tail = fit_delays(obs).best
         except CodedGDError as exc:
             return current, f"no refit: {exc}"
-        self._remember(seen)
         cost = self._cost(records, obs.median_compute())
         horizon = self.horizon or len(records)
         ds = self.prepared.dataset
         start_loss = float(objective(self.prepared.model, theta, ds.X_train, ds.y_train))
-        others = [c for c in choices if c != current]
+        # A smaller group waits for workers the current rounds may never have waited
+        # for: with one not heard from lately, its delay is unknown (its censored value
+        # is only a bound), and the simulator would take it for a typical worker.
+        unheard = [w for w in range(self.config.workers) if self._heard[w] < self.decisions - 5]
+        others = [c for c in choices if c != current and not (unheard and c.r < current.r)]
         spans: list[float] = []
         goals: list[float] = []
         taken: dict[Choice, list[float]] = {c: [] for c in others}
@@ -212,11 +247,13 @@ class Lookahead:
             goals.append(goal)
             for c in others:
                 budget = span / (1.0 - self.margin)
-                trial = self._curve(seed, theta, c, obs, tail, cost, 20 * horizon, budget, goal)
+                trial = self._curve(
+                    seed, theta, c, obs, tail, cost, 20 * horizon, budget, goal, horizon // 2
+                )
                 taken[c].append(_reached(trial, goal))
         self.decisions += 1
         span = float(np.mean(spans))
-        remaining = max(self.config.rounds - t, 0) * span / max(horizon, 1)
+        remaining = self._remaining(t, horizon, start_loss, float(np.mean(goals))) * span / horizon
         tau = {c: float(np.mean(v)) for c, v in taken.items()}
         moves = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}
         saved = {
@@ -233,6 +270,8 @@ class Lookahead:
             f"{shown or 'no other choice gets there within the margin'}; "
             f"{remaining:.3g} s left"
         )
+        if unheard:
+            summary += f"; smaller groups not tried: workers {unheard} not heard from lately"
         fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
         if current not in choices:  # the warm-up rule is not a choice: take the best one
             best = min(choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k))
@@ -260,5 +299,8 @@ def _progress(curve: list[tuple[float, float]], start: float) -> tuple[float, fl
 
 
 def _reached(curve: list[tuple[float, float]], goal: float) -> float:
-    """Seconds a curve took to reach ``goal`` (inf if it never did)."""
-    return next((wall for wall, loss in curve if loss <= goal), math.inf)
+    """Seconds a curve took to reach ``goal`` and stay there to its end (inf if it did
+    not): an approximate rule at its noise floor dips below a loss and back above it."""
+    above = [i for i, (_, loss) in enumerate(curve) if not loss <= goal]
+    first = above[-1] + 1 if above else 0
+    return curve[first][0] if first < len(curve) else math.inf

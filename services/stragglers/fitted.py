@@ -29,6 +29,7 @@ beyond its bound.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -110,34 +111,51 @@ class Observations:
         out: np.ndarray = np.maximum(self.speed(), 1.0) * (1.0 + extra)
         return out
 
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each round's typical excess (the median answered one) and compute seconds (the
+        median answering worker's), the yardsticks of :meth:`relative`."""
+        answered = np.where(self.censored, np.nan, self.excess)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a round nobody answered
+            typical = np.nan_to_num(np.nanmedian(answered, axis=1))
+            compute = np.nanmedian(self.compute, axis=1)
+        compute = np.where(np.isfinite(compute) & (compute > 0), compute, np.nan)
+        return typical, compute
+
+    def relative(self) -> np.ndarray:
+        """Every value's excess beyond its round's typical one, per second of the round's
+        compute: what a slower machine keeps from one load to another (its extra time
+        grows with its compute, as :meth:`slowness` assumes). NaN where unknown."""
+        typical, compute = self.rows()
+        out: np.ndarray = np.maximum(self.excess - typical[:, None], 0.0) / compute[:, None]
+        return out
+
     def informed(self, history: Sequence[np.ndarray]) -> Observations:
         """These observations with each censored value replaced by what the worker's own
-        earlier delays say: the median of its ``history[w]`` (excess seconds seen before:
-        answered delays, and bounds it was known to exceed) above the bound, when it has
-        any there; otherwise left censored.
+        earlier delays say: ``history[w]`` holds its :meth:`relative` values seen before
+        (answered delays, and bounds it was known to exceed); taken back to this round's
+        typical excess and compute, the median of those above the bound replaces it. With
+        none above, it stays censored.
 
         A worker that a round stops without (a slow one, under a policy that does without
         it) is censored at the round's short decode time in every round it is stopped: the
         pooled tail beyond that bound knows nothing of how slow it was when last waited
-        for. Its own last uncensored delays above the bound are the best guess of the
-        value hidden there (a bound among them makes it an underestimate); a worker that
-        has become fast answers again and refreshes them.
+        for. Its own last delays above the bound are the best guess of the value hidden
+        there (a bound among them makes it an underestimate), scaled to the load the
+        round gave it; a worker that has become fast answers again and refreshes them.
         """
         excess, censored = self.excess.copy(), self.censored.copy()
+        typical, compute = self.rows()
         for i, w in zip(*np.nonzero(censored), strict=True):
             past = history[w] if w < len(history) else np.empty(0)
-            above = past[past > excess[i, w]]
+            if not past.size or not np.isfinite(compute[i]):
+                continue
+            values = typical[i] + past * compute[i]
+            above = values[values > excess[i, w]]
             if above.size:
                 excess[i, w] = float(np.median(above))
                 censored[i, w] = False
         return Observations(excess, censored, self.compute)
-
-    def uncensored(self, worker: int) -> np.ndarray:
-        """The worker's answered (uncensored) excess seconds, in round order."""
-        column = self.excess[:, worker]
-        keep = ~np.isnan(column) & ~self.censored[:, worker]
-        out: np.ndarray = column[keep]
-        return out
 
 
 def observe(records: Sequence[RoundRecord], n_workers: int) -> Observations:

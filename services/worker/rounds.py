@@ -119,9 +119,20 @@ class Rounds:
     # ------------------------------------------------------------ assignment
 
     def start_job(self, assignment: pb.Assignment) -> None:
+        old = self.job
+        kept: dict[tuple[int, str], np.ndarray] = {}
+        if assignment.reassignment and old is not None and old.job_id == assignment.job_id:
+            # The same job with a new plan: the rows of partitions still listed stay.
+            listed = {int(p) for p in assignment.partitions}
+            kept = {
+                key: array
+                for key, array in old.intake.arrays.items()
+                if key[0] in listed and key[1] != LAST_UPLOAD_KEY
+            }
         self.drop_job()
         config = JobConfig.from_json(assignment.job_json)
         self.job = Job(assignment.job_id, assignment, config)
+        self.job.intake.arrays.update(kept)
 
     def add_data(self, data: pb.PartitionData, raw: memoryview | None) -> None:
         job = self.job

@@ -11,6 +11,7 @@ lag-wk worker is handed its last upload with its assignment, so it skips as it w
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,3 +140,40 @@ async def test_finished_jobs_and_their_models_survive_a_restart(
             r.loss for r in records
         ]
         assert np.array_equal((await client.model(job_id)).theta, theta)
+
+
+async def test_a_job_that_moved_its_data_resumes_with_its_new_plan(
+    tmp_path: Path, worker_processes: WorkerProcesses, coordinators: list[CoordinatorProcess]
+) -> None:
+    # auto moves from groups of 2 to one group of 4 at round 5 (workers 0 and 1 are late
+    # in every round); the coordinator dies after the checkpoint of round 9. The new one
+    # must assign the workers groups of 4, not the job file's r = 2: otherwise they would
+    # compute other partitions than the policy decodes (wrong gradients), or wait for the
+    # late pair again.
+    trace = tmp_path / "slow-pair.json"
+    trace.write_text(json.dumps({"delays": [[0.4, 0.4, 0.0, 0.0]] * 30}))
+    config = JobConfig(
+        workers=4,
+        rounds=30,
+        seed=3,
+        eval_every=1,
+        data=Component("synthetic", {"rows": 400, "dim": 6}),
+        policy=Component("auto", {"window": 5, "choices": "4", "sizes": "2,4"}),
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+    straight = CoordinatorProcess(tmp_path / "straight")
+    coordinators.append(straight)
+    expected, theta, _ = await _run(straight, worker_processes, config)
+    worker_processes.stop()
+    killed = CoordinatorProcess(tmp_path / "killed", every=5)
+    coordinators.append(killed)
+    records, resumed, job_id = await _run(killed, worker_processes, config, kill_at=12)
+    killed.signal(signal.SIGTERM)
+    second_life = killed.logs[1]
+    at = int(second_life.split(f"job {job_id} (running) will resume at round ")[1].split()[0])
+    assert at == 10
+    assert [r.note.split(" (")[0] for r in records if r.note] == ["auto: r=2 K=4 -> r=4 K=4"]
+    assert all(r.exact for r in records)
+    assert all(r.wait_seconds < 0.4 for r in records[at:])  # resumed with groups of 4
+    np.testing.assert_allclose([r.loss for r in records], [r.loss for r in expected], rtol=1e-12)
+    np.testing.assert_allclose(resumed, theta, rtol=1e-12)
