@@ -156,7 +156,8 @@ class CoordinatorMetrics:
         )
         self.policy_switches = Counter(
             "codedgd_policy_switches_total",
-            "Changes a policy made to itself between rounds (auto: the stop rule K).",
+            "Changes a policy made to itself between rounds (auto: the group size r and "
+            "the stop rule K).",
             ["policy"],
             registry=r,
         )
@@ -167,7 +168,14 @@ class CoordinatorMetrics:
         )
         self.assignment_bytes = Counter(
             "codedgd_assignment_bytes_total",
-            "Bytes of plans and training rows sent to workers at job start.",
+            "Bytes of plans and training rows sent to workers: at job start, to newcomers, "
+            "and when a policy moves data between rounds.",
+            registry=r,
+        )
+        self.reassignment_duration = Histogram(
+            "codedgd_reassignment_duration_seconds",
+            "Pauses between rounds to move data to a policy's new plan (auto changing its "
+            "group size): first message sent to the last worker's acknowledgement.",
             registry=r,
         )
         self.job_info = Info(

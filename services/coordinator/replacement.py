@@ -87,8 +87,15 @@ class Replacer:
         """Assign lost place ``index``'s part to newcomer ``session``; on its ack, swap it in."""
         places = self.places
         try:
-            await self.assigner.send(index, session, job_json, replacement=True)
-            error = await self.assigner.acknowledged(places.acks[index])
+            while True:
+                plan = self.assigner.prepared.plan
+                await self.assigner.send(index, session, job_json, replacement=True)
+                error = await self.assigner.acknowledged(places.acks[index])
+                if error or self.assigner.prepared.plan is plan:
+                    break
+                # The policy moved to a new plan while it joined (auto's re-assignment
+                # skips vacant places): assign it the new one before it takes the place.
+                places.acks[index] = asyncio.get_running_loop().create_future()
         except BaseException:  # the job ended (or a bug) while the newcomer joined
             places.detach(session, "not needed")
             raise

@@ -236,6 +236,7 @@ class RoundLoop:
                 "cannot move data between rounds"
             )
         moved = await self.move(plan)
+        self.metrics.reassignment_duration.observe(moved.seconds)
         if self.guard is not None:  # a worker's result scale follows its coefficients
             scales = [float(np.abs(w.coefficients).sum()) for w in plan.workers]
             self.guard.scales = [v if v > 0 else 1.0 for v in scales]

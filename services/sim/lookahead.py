@@ -1,7 +1,9 @@
 """The ``auto`` policy's look-ahead: which (r, K) saves the most time, simulated from here.
 
 Every ``window`` rounds :meth:`Lookahead.choose` refits the delays of the last rounds
-(:func:`~codedgd.services.stragglers.fitted.observe`, censored fits, resampled replay),
+(:func:`~codedgd.services.stragglers.fitted.observe`, censored fits, resampled replay;
+censored values informed by each worker's own earlier delays and drawn beyond their
+bounds from the heavier fitted tail),
 then runs candidates on the simulator (the vectorized engine; the events one for
 mini-batch rounds) **from the current θ**, on the job's own data and model, all with the
 same replayed delays (a paired comparison), ``replays`` times:
@@ -224,7 +226,8 @@ class Lookahead:
             seen = observe(records, self.config.workers)
             self._remember(seen)
             obs = seen.informed(self._history)
-            tail = fit_delays(obs).best
+            fits = fit_delays(obs)
+            tail = _heavier(fits.fits)
         except CodedGDError as exc:
             return current, f"no refit: {exc}"
         cost = self._cost(records, obs.median_compute())
@@ -304,3 +307,15 @@ def _reached(curve: list[tuple[float, float]], goal: float) -> float:
     above = [i for i, (_, loss) in enumerate(curve) if not loss <= goal]
     first = above[-1] + 1 if above else 0
     return curve[first][0] if first < len(curve) else math.inf
+
+
+def _heavier(fits: Sequence[DelayFit]) -> DelayFit:
+    """The fitted family with the heavier tail (Pareto's, when it could be fitted).
+
+    The tail is what a censored delay is drawn from, and it decides the candidates that
+    wait for the workers the current rounds stopped without: a light tail made waiting
+    for all of them look cheap (on Pareto delays at n = 64, auto moved to uncoded and
+    waited seconds a round). The goodness of fit cannot tell the tails apart from the
+    few values seen there, so the look-ahead takes the cautious one."""
+    pareto = [f for f in fits if f.family == "pareto" and not f.why_not]
+    return pareto[0] if pareto else fits[0]

@@ -11,10 +11,12 @@ import pytest
 
 from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.job.prepare import prepare
 from codedgd.services.policies.auto import Auto, Choice
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
+from codedgd.services.sim.lookahead import Lookahead
 
 
 class Scripted:
@@ -274,3 +276,35 @@ def test_it_keeps_its_data_where_moving_costs_more_than_it_saves(tmp_path: Path)
     records = simulate(config, cost).records
     assert [r.note for r in records if r.note] == []
     assert all(r.wait_seconds > 2.0 for r in records)
+
+
+def test_smaller_groups_are_not_tried_while_a_worker_was_never_heard_from(
+    tmp_path: Path,
+) -> None:
+    # Worker 0 is 2 s late every round; in groups of 2 its partner always answers first,
+    # so its delay is never seen: uncoded (r = 1) would wait for it, and must not be
+    # judged on the pooled fast delays.
+    trace = tmp_path / "slow-one.json"
+    # In the other groups the faster of the two alternates, so all of them are seen.
+    pairs = [[0.01, 0.013, 0.011, 0.015, 0.012, 0.017], [0.013, 0.01, 0.015, 0.011, 0.017, 0.012]]
+    rows = [[2.0, 0.02, *pairs[t % 2]] for t in range(10)]
+    trace.write_text(json.dumps({"delays": rows}))
+    config = JobConfig(
+        workers=8,
+        rounds=10,
+        seed=3,
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        policy=Component("frc", {"s": 1}),
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    run = simulate(config, cost)
+    assert all(0 not in r.response_seconds for r in run.records)  # always cancelled
+    auto = config.replace(policy=Component("auto", {"choices": "8"}), rounds=40)
+    prepared = prepare(auto, None)
+    look = Lookahead(auto, prepared, cost)
+    choice, why = look.choose(
+        10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
+    )
+    assert choice == Choice(2, 8)
+    assert "smaller groups not tried: workers [0] not heard from lately" in why
