@@ -108,6 +108,7 @@ class RoundLoop:
         self._round_times: deque[float] = deque(maxlen=RECENT_ROUNDS)  # the peer deadline's
         self._stalls: dict[tuple[int, int], Stall] = {}  # (reporter, peer) → its wait
         self._stall_round: tuple[int, int] = (-1, -1)  # the (round, attempt) they are of
+        self._deferred: set[int] = set()  # blamed once this attempt, given time to report
         self._lost_why: dict[int, str] = {}  # this attempt's lost workers, and why
         self._last_decode = math.inf  # seconds policy.decode itself took last round
         self._histograms: dict[int, tuple[Histogram, Histogram]] = {}
@@ -374,6 +375,7 @@ class RoundLoop:
         )
         self._stalls = {}
         self._stall_round = (t, attempt)
+        self._deferred = set()
         bytes_down = plane.send_theta(t, point, spec.params, contacted, attempt, deadline)
         sent_at = time.perf_counter()  # θ_t is queued to every contacted worker's stream
         sent_loop = loop.time()
@@ -581,6 +583,7 @@ class RoundLoop:
         says θ_t never reached it waits for the worker that should have passed it on."""
         stalls = list(self._stalls.values())
         places = self.places
+        alive: set[int] = set()  # heard from since θ_t went out, and working on round t
         for w in range(len(places)):
             session = places[w]
             if w in places.lost or session.progress_at < sent_loop:
@@ -591,6 +594,8 @@ class RoundLoop:
                 and progress[0] == self.job_id
                 and (progress[1], progress[2]) >= (t, attempt)
             )
+            if begun:
+                alive.add(w)
             source = self.plane.theta_source(w)
             if not begun and source != COORDINATOR:
                 stalls.append(Stall(w, frozenset({source}), sent_loop, f"θ of round {t}"))
@@ -599,6 +604,21 @@ class RoundLoop:
             stalls.append(Stall(COORDINATOR, frozenset(missing), sent_loop, f"result of round {t}"))
         for worker, reason in silent_roots(stalls, now).items():
             if worker in self.places.lost:
+                continue
+            if worker in alive and worker not in self._deferred:
+                # It is working on the round and may itself be waiting, its wait begun
+                # later than its peers' (a slower compute on a loaded machine) and not
+                # yet reported: blaming it now could release a healthy worker. Once more
+                # half a deadline; then its report, if any, is in.
+                self._deferred.add(worker)
+                log.info(
+                    "job %s: round %d: worker %d is reported %s, but it is working on the "
+                    "round: waiting for its own report before blaming it",
+                    self.job_id,
+                    t,
+                    worker,
+                    reason,
+                )
                 continue
             log.warning("job %s: round %d: worker %d is %s", self.job_id, t, worker, reason)
             self.metrics.stragglers.labels("silent_peer").inc()

@@ -13,7 +13,11 @@ The deadline is derived from measured round times, not guessed: ``factor`` times
 longest of the job's recent rounds, at least ``minimum`` seconds, at most the job's
 ``round_timeout`` (and that until a few rounds have been timed). The coordinator
 resolves a round's reports 1.5 deadlines after θ_t went out, when workers' waits (which
-begin after θ_t arrives) have had time to expire and be reported.
+begin after θ_t arrives) have had time to expire and be reported, and again every half
+deadline while the round is stuck. A worker found at a root that is alive and working
+on the round (its heartbeat says so) is blamed only at the next resolution: its own wait
+may have begun later than its peers' (its compute ran slower on a loaded machine), and
+blaming it before that wait is reported released a healthy worker.
 """
 
 from __future__ import annotations
