@@ -3,8 +3,10 @@
 For each scenario: a source run of uncoded on n = 8 local worker processes
 (`codedgd run`), `codedgd tune` on its result file, then every candidate the tuner ranked
 run for real on the same job (same seed, data, delays model) to the same target loss.
-Reported: the pick's real time to the target over the best real time (goal <= 1.10), and
-uncoded's over the pick's (goal > 1). Wall-clock times on this shared 2-core machine.
+Reported: the pick's real time to the target over the best real time (goal <= 1.10),
+uncoded's over the pick's (goal > 1), and ``auto``'s (choosing r and K as it runs,
+moving data between the processes) over the best real time. Wall-clock times on this
+shared 2-core machine.
 
     python -m bench.bench_tune_real                      # two scenarios, ~5 minutes
     python -m bench.bench_tune_real --scenario few-slow
@@ -73,6 +75,15 @@ def one(scenario: str, tmp: Path, rounds: int) -> dict[str, Any]:
             file=sys.stderr,
             flush=True,
         )
+    # auto on the same job: it starts at r = 2 and chooses r and K as it runs.
+    out = tmp / f"{scenario}-auto.json"
+    cli(
+        "run", *JOB, *SCENARIOS[scenario], "-r", str(2 * rounds), "--policy", "auto",
+        "--target-loss", repr(target), "-o", str(out),
+    )  # fmt: skip
+    auto = time_to(out, target)
+    notes = [r["note"] for r in json.loads(out.read_text())["rounds"] if r.get("note")]
+    print(f"  {scenario} auto: real {auto:.2f} s; {notes}", file=sys.stderr, flush=True)
     pick = tuned["candidates"][0]["label"]
     best = min(real, key=lambda k: real[k])
     return {
@@ -82,6 +93,7 @@ def one(scenario: str, tmp: Path, rounds: int) -> dict[str, Any]:
         "best": best,
         "best_real": real[best],
         "uncoded_real": real["uncoded"],
+        "auto_real": auto,
         "target": target,
     }
 
@@ -97,16 +109,17 @@ def main() -> None:
     args = p.parse_args()
     print(
         "| scenario (n = 8 processes) | tune's pick | real (s) | best real | best (s) "
-        "| pick / best | uncoded / pick |"
+        "| pick / best | uncoded / pick | auto (s) | auto / best |"
     )
-    print("|---|---|---:|---|---:|---:|---:|")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in args.scenario or list(SCENARIOS):
             r = one(scenario, Path(tmp), args.rounds)
             print(
                 f"| {r['scenario']} | {r['pick']} | {r['pick_real']:.2f} | {r['best']} | "
                 f"{r['best_real']:.2f} | {r['pick_real'] / r['best_real']:.2f} | "
-                f"{r['uncoded_real'] / r['pick_real']:.2f} |",
+                f"{r['uncoded_real'] / r['pick_real']:.2f} | {r['auto_real']:.2f} | "
+                f"{r['auto_real'] / r['best_real']:.2f} |",
                 flush=True,
             )
 
