@@ -16,40 +16,28 @@ import pytest
 # vectorized one refuses them: the job used to fail at its first decision).
 @pytest.mark.parametrize("batch", [[], ["--batch-size", "20"]], ids=["full", "mini-batch"])
 def test_auto_switches_on_a_real_cluster_and_says_so(tmp_path: Path, batch: list[str]) -> None:
-    out = tmp_path / "auto.json"
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "codedgd.client.cli", "run",
-            "-n", "4", "-r", "12", "--seed", "1",
-            "--data-opt", "rows=400", "--data-opt", "dim=5",
-            "--policy", "auto", "--param", "window=5", "--param", "choices=2",
-            "--param", "sizes=2",
-            "--stragglers", "exponential", "--straggler-opt", "mean=0.02",
-            "--no-progress", "-o", str(out), *batch,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
+    rounds, stderr = _run(
+        tmp_path, "auto", "-r", "12", "--policy", "auto", "--param", "window=5",
+        "--param", "choices=2", "--param", "sizes=2",
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.02", *batch,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    rounds = json.loads(out.read_text())["rounds"]
     notes = [(r["round"], r["note"]) for r in rounds if r.get("note")]
     assert len(notes) == 1 and notes[0][0] == 5
     assert notes[0][1].startswith("auto: r=2 K=4 -> r=2 K=2 (")
     # From round 5 on the rounds stop at the 2nd arrival (or once both groups came).
     assert all(r["uploads"] <= 2 for r in rounds[5:] if r["cancelled"] > 0)
     # Said on the terminal, above the progress bar (even without one, and without -v).
-    assert "round 5: auto: r=2 K=4 -> r=2 K=2 (" in done.stderr
+    assert "round 5: auto: r=2 K=4 -> r=2 K=2 (" in stderr
 
 
-def _run(tmp_path: Path, name: str, *args: str) -> list[dict[str, Any]]:
+def _run(tmp_path: Path, name: str, *args: str) -> tuple[list[dict[str, Any]], str]:
+    """`codedgd run` of a small job on 4 local workers (more options in ``args``):
+    (its rounds from the result file, what it wrote to stderr)."""
     out = tmp_path / f"{name}.json"
     done = subprocess.run(
         [
             sys.executable, "-m", "codedgd.client.cli", "run",
-            "-n", "4", "-r", "14", "--seed", "1",
-            "--data-opt", "rows=400", "--data-opt", "dim=5",
+            "-n", "4", "--seed", "1", "--data-opt", "rows=400", "--data-opt", "dim=5",
             "--no-progress", "-o", str(out), *args,
         ],
         capture_output=True,
@@ -59,7 +47,7 @@ def _run(tmp_path: Path, name: str, *args: str) -> list[dict[str, Any]]:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     rounds: list[dict[str, Any]] = json.loads(out.read_text())["rounds"]
-    return rounds
+    return rounds, done.stderr
 
 
 def test_auto_moves_data_between_real_workers_when_a_larger_group_pays(tmp_path: Path) -> None:
@@ -68,9 +56,9 @@ def test_auto_moves_data_between_real_workers_when_a_larger_group_pays(tmp_path:
     trace = tmp_path / "slow-pair.json"
     trace.write_text(json.dumps({"delays": [[0.4, 0.4, 0.0, 0.0]] * 14}))
     slow = ["--stragglers", "trace", "--straggler-opt", f"path={trace}"]
-    rounds = _run(
-        tmp_path, "auto", "--policy", "auto", "--param", "window=5", "--param", "choices=4",
-        "--param", "sizes=2,4", *slow,
+    rounds, _ = _run(
+        tmp_path, "auto", "-r", "14", "--policy", "auto", "--param", "window=5",
+        "--param", "choices=4", "--param", "sizes=2,4", *slow,
     )  # fmt: skip
     notes = [(r["round"], r["note"]) for r in rounds if r.get("note")]
     assert [t for t, _ in notes] == [5], notes
@@ -82,5 +70,5 @@ def test_auto_moves_data_between_real_workers_when_a_larger_group_pays(tmp_path:
     # Every round exact, before and after the move: the workers computed over the rows
     # of their new groups (the kept ones and the shipped ones), as uncoded's do.
     assert all(r["exact"] for r in rounds)
-    uncoded = _run(tmp_path, "uncoded", "--policy", "uncoded")
+    uncoded, _ = _run(tmp_path, "uncoded", "-r", "14", "--policy", "uncoded")
     assert rounds[-1]["loss"] == pytest.approx(uncoded[-1]["loss"], rel=1e-9)
