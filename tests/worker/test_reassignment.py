@@ -61,12 +61,18 @@ async def _assign(
     return ack.ack
 
 
-async def test_a_reassigned_worker_computes_over_its_kept_and_its_shipped_rows() -> None:
+async def _holding_partition_0() -> tuple[Rounds, list[Outgoing]]:
+    """A worker's rounds, assigned partition 0 of the job (and what it sent)."""
     sent: list[Outgoing] = []
     rounds = Rounds(
         sent.append, data_dir=None, chunk_bytes=DEFAULT_CHUNK_BYTES, stats=WorkerStats()
     )
     assert (await _assign(rounds, sent, _assignment([0], reassignment=False), [0])).ok
+    return rounds, sent
+
+
+async def test_a_reassigned_worker_computes_over_its_kept_and_its_shipped_rows() -> None:
+    rounds, sent = await _holding_partition_0()
     ack = await _assign(rounds, sent, _assignment([0, 1], reassignment=True), [1])
     assert ack.ok, ack.error
     job = rounds.job
@@ -83,11 +89,7 @@ async def test_a_reassigned_worker_computes_over_its_kept_and_its_shipped_rows()
 
 
 async def test_a_first_assignment_keeps_nothing_from_before() -> None:
-    sent: list[Outgoing] = []
-    rounds = Rounds(
-        sent.append, data_dir=None, chunk_bytes=DEFAULT_CHUNK_BYTES, stats=WorkerStats()
-    )
-    assert (await _assign(rounds, sent, _assignment([0], reassignment=False), [0])).ok
+    rounds, sent = await _holding_partition_0()
     ack = await _assign(rounds, sent, _assignment([0, 1], reassignment=False), [1])
     assert not ack.ok
     assert "partition 0 was assigned but its data never arrived" in ack.error
