@@ -17,7 +17,7 @@ same replayed delays (a paired comparison), ``replays`` times:
 
 A candidate that reaches L in τ would make the current's progress ``T / τ`` times as
 fast, so over the job's remaining rounds (``rounds − t``; with a target loss, as many as
-the target is away at the current's pace, each taking the current's T / horizon) it
+its curve says it needs, progress shrinking geometrically; each taking T / horizon) it
 saves ``remaining · (1 − τ / T)`` seconds, **minus the cost of moving data** when its r
 differs from the current one (each worker is shipped the rows of the partitions its new
 group has and it lacks). The policy switches to the candidate that
@@ -125,19 +125,34 @@ class Lookahead:
                     past.append(float(value))
             self._history[w] = np.asarray(past[-self.memory :], dtype=np.float64)
 
-    def _remaining(self, t: int, horizon: int, start: float, reached: float) -> float:
+    def _remaining(self, t: int, start: float, curve: list[tuple[float, float]]) -> float:
         """Rounds the job has left at the current rule's pace: to job.rounds, or with a
-        target loss, as many as the target is away at the progress of the last horizon
-        (a straight line: an underestimate, as progress slows; 0 once it is reached)."""
+        target loss, the rounds the current rule's ``curve`` (from loss ``start``) says it
+        needs to get there. Progress is taken to shrink geometrically, at the rate its
+        second half of the curve shrank against its first; a target it would never reach
+        at that rate leaves job.rounds."""
         left = float(max(self.config.rounds - t, 0))
         target = self.config.target_loss
-        if target is None or not math.isfinite(target):
+        losses = [loss for _, loss in curve]
+        if target is None or not math.isfinite(target) or len(losses) < 4:
             return left
-        if reached <= target:
-            return 0.0
-        if start > reached:
-            left = min(left, horizon * (reached - target) / (start - reached))
-        return left
+        reached = next((i + 1 for i, loss in enumerate(losses) if loss <= target), None)
+        if reached is not None:
+            return float(min(reached, left))
+        half = len(losses) // 2
+        first, second = start - losses[half - 1], losses[half - 1] - losses[-1]
+        if not (first > 0 and second > 0 and math.isfinite(first + second)):
+            return left
+        gap, rate = losses[-1] - target, second / first  # per half of the curve
+        if rate >= 1.0:
+            halves = gap / second
+        elif gap >= second * rate / (1.0 - rate):
+            return left  # not at this rate: it slows down before it gets there
+        else:
+            halves = math.ceil(
+                math.log(1.0 - gap * (1.0 - rate) / (second * rate)) / math.log(rate)
+            )
+        return float(min(left, len(losses) + halves * (len(losses) - half)))
 
     def plan_for(self, r: int) -> Plan:
         """The placement of groups of r (what a candidate with that r runs)."""
@@ -241,10 +256,12 @@ class Lookahead:
         others = [c for c in choices if c != current and not (unheard and c.r < current.r)]
         spans: list[float] = []
         goals: list[float] = []
+        first: list[tuple[float, float]] = []  # the current rule's curve, first replay
         taken: dict[Choice, list[float]] = {c: [] for c in others}
         for replay in range(self.replays):  # the same replayed delays for every choice
             seed = t * self.replays + replay
             curve = self._curve(seed, theta, current, obs, tail, cost, horizon)
+            first = first or curve
             span, goal = _progress(curve, start_loss)
             spans.append(span)
             goals.append(goal)
@@ -256,7 +273,7 @@ class Lookahead:
                 taken[c].append(_reached(trial, goal))
         self.decisions += 1
         span = float(np.mean(spans))
-        remaining = self._remaining(t, horizon, start_loss, float(np.mean(goals))) * span / horizon
+        remaining = self._remaining(t, start_loss, first) * span / horizon
         tau = {c: float(np.mean(v)) for c, v in taken.items()}
         moves = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}
         saved = {
