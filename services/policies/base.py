@@ -121,9 +121,10 @@ class Plan:
             raise PlanError(
                 f"a new plan for {new.n_workers} workers cannot follow one for {self.n_workers}"
             )
+        held = [set(wp.partitions) for wp in self.workers]
         return tuple(
-            tuple(p for p in wp.partitions if p not in set(old.partitions))
-            for old, wp in zip(self.workers, new.workers, strict=True)
+            tuple(p for p in wp.partitions if p not in had)
+            for had, wp in zip(held, new.workers, strict=True)
         )
 
     def reporters(self) -> tuple[int, ...]:

@@ -89,6 +89,7 @@ class Lookahead:
         self.replays = replays
         self.decisions = 0
         self._plans: dict[int, Plan] = {}
+        self._sizes: list[int] | None = None  # each partition's bytes on the wire
         # Each worker's latest answered delays, over decisions: what a censored delay hides.
         self.memory = memory
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
@@ -168,7 +169,9 @@ class Lookahead:
         if self.shipping is not None:
             return self.shipping(current, target)
         cost = self.cost if self.cost is not None else CostModel()
-        sizes = partition_bytes(self.prepared)
+        if self._sizes is None:  # (each partition's rows, copied once: not per decision)
+            self._sizes = partition_bytes(self.prepared)
+        sizes = self._sizes
         nbytes = [sum(sizes[p] for p in parts) for parts in current.lacking(target)]
         return move_seconds(cost, nbytes)
 
