@@ -114,6 +114,8 @@ class RoundLoop:
         self._histograms: dict[int, tuple[Histogram, Histogram]] = {}
         self.guard: NormGuard | None = None  # job.max_norm_ratio's, made in run()
         self._late_counted = 0  # inbox.late already in a round's record
+        # A policy's deliberation (auto's look-ahead), running in a thread while rounds go on.
+        self._deliberating: asyncio.Future[object] | None = None
 
     async def run(
         self,
@@ -157,8 +159,8 @@ class RoundLoop:
             self.metrics.round.set(t)
             point = descent.point()
             moved = ""
-            if policy.adapts:  # a look-ahead may take a while: off the event loop
-                await asyncio.to_thread(policy.between_rounds, t, point)
+            if policy.adapts:
+                self._deliberate(t, point, policy)
                 plan = policy.replan()
                 if plan is not None:  # the data moves before the round, on the clock
                     moved, seconds = await self._move(t, plan, prepared)
@@ -228,6 +230,24 @@ class RoundLoop:
                 log.info("job %s reached target loss %.6g at round %d", self.job_id, loss, t)
                 break
         descent.finish()
+
+    def _deliberate(self, t: int, point: np.ndarray, policy: Policy) -> None:
+        """Before round t: settle the policy's deliberation if it has finished, and start
+        the next one due, in a thread: no round waits for a look-ahead. (One that is still
+        running when the job ends is left to finish; its answer is dropped.)"""
+        running = self._deliberating
+        if running is not None:
+            if not running.done():
+                return
+            self._deliberating = None
+            policy.settle(running.result())  # a look-ahead's own failure fails the job
+        job = policy.deliberation(t, point)
+        if job is not None:
+            running = asyncio.ensure_future(asyncio.to_thread(job))
+            # Retrieved here so one still running when the job ends is not logged as lost;
+            # settle() above still raises what it raised.
+            running.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._deliberating = running
 
     async def _move(self, t: int, plan: Plan, prepared: Prepared) -> tuple[str, float]:
         """Re-assign the places to ``plan`` before round t: (the note's words, seconds)."""

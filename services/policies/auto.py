@@ -4,12 +4,15 @@ rule K chosen online by a look-ahead.
 Groups of r workers share r partitions (frc's and erasurehead's placement). A round waits
 for the K-th arrival or until every group has one (K = n: exact, frc with s = r − 1;
 smaller K: erasurehead's early stop, unbiased by the 1/(1−p) rescaling; r = 1 is uncoded
-or ignore-stragglers). The job starts at the configured r with K = n. Every ``window``
-rounds an attached chooser (the coordinator and the simulator attach
+or ignore-stragglers). The job starts at the configured r with K = n. At round ``first``
+and then every ``window`` rounds an attached chooser (the coordinator and the simulator attach
 :class:`codedgd.services.sim.lookahead.Lookahead`) refits the delays of the last rounds,
 simulates the next rounds from the current θ under every candidate (r, K) in
 ``sizes`` × ``choices``, and the policy switches to the one predicted to save the most
-time over the job's remaining rounds, net of the cost of moving data.
+time over the job's remaining rounds, net of the cost of moving data. The decision is a
+:meth:`deliberation`: the coordinator runs it in a thread while the rounds go on, and it
+takes effect at the first round after it has finished (the note names the round whose θ
+it started from); the simulator takes it at once.
 
 Changing K needs no data movement. Changing r does: the groups change, and each worker
 needs the partitions of its new group. :meth:`replan` hands the drivers the new plan; the
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -94,6 +97,7 @@ class Auto(ErasureHead):
             "those of 1, 2, 4 and the starting r that divide n); a change of r moves data",
         ),
         Param("window", int, 10, "rounds between decisions, and rounds refitted (>= 5)"),
+        Param("first", int, 5, "the round of the first decision (>= 5: a fit needs them)"),
         Param(
             "choices",
             str,
@@ -103,11 +107,16 @@ class Auto(ErasureHead):
         ),
     )
 
-    def __init__(self, r: int = 2, window: int = 10, choices: str = "", sizes: str = "") -> None:
+    def __init__(
+        self, r: int = 2, window: int = 10, choices: str = "", sizes: str = "", first: int = 5
+    ) -> None:
         super().__init__(r=r, K=0, delta=1.0)
         if window < 5:
             raise ConfigError(f"auto: window must be >= 5 rounds (a fit needs them), got {window}")
+        if first < 5:
+            raise ConfigError(f"auto: first must be >= 5 rounds (a fit needs them), got {first}")
         self.window = window
+        self.first = first
         self.choices_text = choices
         self.sizes_text = sizes
         self.choices: tuple[int, ...] = ()  # the K values
@@ -119,6 +128,7 @@ class Auto(ErasureHead):
         self._records: deque[RoundRecord] = deque(maxlen=window)
         self._note = ""
         self._pending: tuple[int, Choice, str] | None = None
+        self._asked: int | None = None  # the round of the latest deliberation
         self._replanned: Plan | None = None
         self._ran = Choice(r, 0)
 
@@ -173,15 +183,35 @@ class Auto(ErasureHead):
         self.p = erasure_probability(self._n, self.r, k)
         self.scale = 1.0 / (1.0 - self.p) if self.scaled else 1.0
 
-    def between_rounds(self, t: int, theta: np.ndarray) -> None:
-        """Every ``window`` rounds, ask the chooser (slow: the coordinator runs it in a
-        thread); the switch takes effect in :meth:`begin_round` of the same round."""
-        due = t > 0 and t % self.window == 0 and len(self._records) >= 5
-        if due and self.chooser is not None:
-            choice, why = self.chooser.choose(
-                t, theta, list(self._records), self.current, self.options()
-            )
-            self._pending = (t, choice, why)
+    def deliberation(
+        self, t: int, theta: np.ndarray
+    ) -> Callable[[], tuple[int, Choice, str]] | None:
+        """At round ``first``, then ``window`` rounds after the latest decision began: the
+        chooser's call on copies of θ_t and the last rounds' records (slow: the coordinator
+        runs it in a thread while rounds go on); :meth:`settle` takes its answer."""
+        if self.chooser is None or len(self._records) < 5:
+            return None
+        due = t >= self.first if self._asked is None else t - self._asked >= self.window
+        if not due:
+            return None
+        self._asked = t
+        chooser, current, options = self.chooser, self.current, self.options()
+        records, point = list(self._records), np.array(theta, copy=True)
+
+        def decide() -> tuple[int, Choice, str]:
+            choice, why = chooser.choose(t, point, records, current, options)
+            return t, choice, why
+
+        return decide
+
+    def settle(self, outcome: object) -> None:
+        """The chooser's answer: it takes effect at the next :meth:`begin_round` (after
+        :meth:`replan`, when it changes r)."""
+        match outcome:  # what decide() returned
+            case (int() as t, Choice() as choice, str() as why):
+                self._pending = (t, choice, why)
+            case _:
+                raise TypeError(f"auto: settle() takes what its deliberation returned: {outcome!r}")
 
     def replan(self) -> Plan | None:
         """The plan of a new group size, once, when the pending choice changes r."""
@@ -195,8 +225,8 @@ class Auto(ErasureHead):
     def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
         self._note = ""
         pending, self._pending = self._pending, None
-        if pending is not None and pending[0] == t:
-            _, choice, why = pending
+        if pending is not None:
+            asked, choice, why = pending
             if choice.r != self.r:
                 raise PlanError(
                     f"auto: round {t} is to run with r={choice.r} but the plan has r={self.r}: "
@@ -204,7 +234,8 @@ class Auto(ErasureHead):
                 )
             if choice != self._ran:
                 self._use(choice.k)
-                self._note = f"auto: {self._ran} -> {choice} ({why})"
+                since = f"; looked ahead from round {asked}" if asked != t else ""
+                self._note = f"auto: {self._ran} -> {choice} ({why}{since})"
                 self.switches += 1
         self._ran = self.current  # what the last round ran: a switch is told against it
         return super().begin_round(t, theta)

@@ -293,17 +293,36 @@ class Policy(ABC):
         """
         return {}
 
-    # True for a policy that changes itself between rounds (auto): the coordinator then
-    # calls between_rounds() before every round, in a thread (it may take a while).
+    # True for a policy that changes itself between rounds (auto): the drivers then ask
+    # for its deliberation() before every round and call replan() before every round.
     adapts: ClassVar[bool] = False
 
-    def between_rounds(self, t: int, theta: np.ndarray) -> None:  # noqa: B027 - optional hook
-        """Before round t (θ_t given): decide anything slow about it. Only if ``adapts``."""
+    def deliberation(self, t: int, theta: np.ndarray) -> Callable[[], object] | None:
+        """Before round t (θ_t given): slow work due now (a look-ahead), or None. Only if
+        ``adapts``.
+
+        The returned call must read nothing the rounds go on changing (copy what it needs
+        here: θ, the records); its result goes to :meth:`settle`. The simulator runs it at
+        once (it takes no virtual time, :meth:`between_rounds`); the coordinator runs it in
+        a thread while the rounds go on and settles it before the first round after it has
+        finished, so no round waits for it. A driver asks for no new deliberation while
+        one is running.
+        """
+        return None
+
+    def settle(self, outcome: object) -> None:  # noqa: B027 - optional hook
+        """A finished :meth:`deliberation`'s result, before the next round begins."""
+
+    def between_rounds(self, t: int, theta: np.ndarray) -> None:
+        """Deliberate about round t and settle it at once (a driver without threads)."""
+        job = self.deliberation(t, theta)
+        if job is not None:
+            self.settle(job())
 
     def replan(self) -> Plan | None:
         """A new plan that takes effect from the next round, or None (only if ``adapts``).
 
-        Read right after :meth:`between_rounds`. The drivers move the data it needs before
+        Read before every round, after any :meth:`settle`. The drivers move the data it needs before
         the round: the coordinator sends every worker its new place (an Assignment with
         ``reassignment`` set, the rows of only the partitions it lacks) and waits for them
         all; the simulator charges the shipping on its clock. Default: None (the plan

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import math
 from collections.abc import Callable, Sequence
 
@@ -95,6 +96,12 @@ class Lookahead:
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
+
+    @staticmethod
+    def warm() -> None:
+        """Import what a decision needs (scipy.stats: a second or more, once per process),
+        so the first decision is not that much later than the rounds it starts from."""
+        importlib.import_module("scipy.stats")
 
     def _cost(self, records: Sequence[RoundRecord], obs_compute: float) -> CostModel:
         decode = float(np.median([r.decode_seconds for r in records]))

@@ -161,8 +161,9 @@ async def test_finished_jobs_and_their_models_survive_a_restart(
 async def test_a_job_that_moved_its_data_resumes_with_its_new_plan(
     tmp_path: Path, worker_processes: WorkerProcesses, coordinators: list[CoordinatorProcess]
 ) -> None:
-    # auto moves from groups of 2 to one group of 4 at round 5 (workers 0 and 1 are late
-    # in every round); the coordinator dies after a later checkpoint. The new one
+    # auto moves from groups of 2 to one group of 4 once its first look-ahead (from round
+    # 5, in a thread) is done (workers 0 and 1 are late in every round); the coordinator
+    # dies after a later checkpoint. The new one
     # must assign the workers groups of 4, not the job file's r = 2: otherwise they would
     # compute other partitions than the policy decodes (wrong gradients), or wait for the
     # late pair again.
@@ -179,10 +180,11 @@ async def test_a_job_that_moved_its_data_resumes_with_its_new_plan(
         stragglers=Component("trace", {"path": str(trace)}),
     )
     expected, theta, records, resumed, at = await _killed_and_resumed(
-        tmp_path, worker_processes, coordinators, config, kill_at=12
+        tmp_path, worker_processes, coordinators, config, kill_at=17
     )
-    assert at >= 10 and at % 5 == 0  # a checkpoint after the move
-    assert [r.note.split(" (")[0] for r in records if r.note] == ["auto: r=2 K=4 -> r=4 K=4"]
+    notes = [(r.round, r.note.split(" (")[0]) for r in records if r.note]
+    assert [note for _, note in notes] == ["auto: r=2 K=4 -> r=4 K=4"]
+    assert at % 5 == 0 and at > notes[0][0]  # a checkpoint after the move
     assert all(r.exact for r in records)
     assert all(r.wait_seconds < 0.4 for r in records[at:])  # resumed with groups of 4
     np.testing.assert_allclose([r.loss for r in records], [r.loss for r in expected], rtol=1e-12)

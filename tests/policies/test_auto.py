@@ -199,13 +199,14 @@ def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded(
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     records = simulate(config, cost).records
     notes = [(r.round, r.note) for r in records if r.note]
-    assert notes and notes[0][0] == 10, notes
+    # The first decision at round `first` (5), then every `window` (10) rounds.
+    assert notes and notes[0][0] == 5, notes
     assert notes[0][1].startswith("auto: r=2 K=8 -> r=2 K=6 (saves ")
-    assert all(t % 10 == 0 and note.startswith("auto: r=2 K=") for t, note in notes)
+    assert all(t % 10 == 5 and note.startswith("auto: r=2 K=") for t, note in notes)
     # Rounds at K = 6 stop at the 6th arrival and leave the late group out.
-    after = records[10 : notes[1][0] if len(notes) > 1 else 40]
+    after = records[5 : notes[1][0] if len(notes) > 1 else 40]
     assert all(r.uploads == 6 and r.wait_seconds < 1.0 for r in after)
-    assert all(r.wait_seconds > 2.0 for r in records[:10])
+    assert all(r.wait_seconds > 2.0 for r in records[:5])
 
 
 def test_choices_without_n_force_the_first_decision() -> None:
@@ -248,15 +249,15 @@ def test_on_the_simulator_it_moves_data_to_a_larger_group_when_that_pays(
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     records = simulate(config, cost, engine=engine).records
     notes = [(r.round, r.note) for r in records if r.note]
-    assert [t for t, _ in notes] == [10], notes
+    assert [t for t, _ in notes] == [5], notes  # at the first decision
     note = notes[0][1]
     assert note.startswith("auto: r=2 K=8 -> r=4 K=8 (saves ")
     # Each of the 8 workers is shipped the 2 partitions of its new group it lacks.
     assert "re-assigned: 16 partitions (" in note and " MB) shipped in " in note
-    assert all(r.exact and r.wait_seconds > 2.0 for r in records[:10])
-    assert all(r.exact and r.wait_seconds < 1.0 for r in records[10:])
-    # The move is on the clock: between rounds 9 and 10, beyond round 10's own time.
-    gap = records[10].wall_seconds - records[9].wall_seconds - records[10].round_seconds
+    assert all(r.exact and r.wait_seconds > 2.0 for r in records[:5])
+    assert all(r.exact and r.wait_seconds < 1.0 for r in records[5:])
+    # The move is on the clock: between rounds 4 and 5, beyond round 5's own time.
+    gap = records[5].wall_seconds - records[4].wall_seconds - records[5].round_seconds
     assert gap > 0
     # Every round was exact, before the move and after: the same descent as frc's.
     frc = simulate(config.replace(policy=Component("frc", {"s": 3})), cost, engine=engine)
