@@ -80,8 +80,9 @@ def _ints(text: str, what: str) -> set[int]:
 class Auto(ErasureHead):
     name = "auto"
     summary = (
-        "adaptive: groups of r workers share r partitions; every `window` rounds a "
-        "look-ahead on the simulator, with the delays refitted from the last rounds, picks "
+        "adaptive: groups of r workers share r partitions; at round `first`, then every "
+        "`window` rounds, a look-ahead on the simulator, with the delays refitted from the "
+        "last rounds, picks "
         "the group size r (moving data when it pays) and how many arrivals to wait for "
         "(K = n: exact frc; fewer: erasurehead)"
     )
