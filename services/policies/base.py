@@ -167,6 +167,7 @@ class OrderDecode:
     weights: np.ndarray  # float64, length k
     exact: bool
     workers_used: tuple[int, ...]
+    residual: float = 0.0  # the decode's max|aᵀB_F − 1ᵀ|, where it checks one (cyclic)
 
 
 @dataclass(frozen=True)

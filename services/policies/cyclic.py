@@ -23,6 +23,7 @@ from codedgd.services.codes.cyclic import H_KINDS, CyclicCode, CyclicRound
 from codedgd.services.errors import ConfigError, DecodeError, PlanError
 from codedgd.services.policies.base import (
     Estimate,
+    OrderDecode,
     Param,
     Plan,
     Policy,
@@ -196,6 +197,35 @@ class CyclicRepetition(Policy):
         self.last_residual = vec.residual
         self.last_condition = vec.condition
         return Estimate(gradient, tuple(decoding.arrived), exact=True, residual=vec.residual)
+
+    def decides_by_order(self) -> bool:
+        return True
+
+    def decode_order(self, order: np.ndarray) -> OrderDecode | None:
+        """The decode of the first n−s arrivals (more while their set decodes above
+        ``tol``, as :meth:`offer` takes them), as the partition weights aᵀB_F: what
+        :meth:`decode` gives, from the order alone (the vectorized simulator's shortcut)."""
+        code = self._code()
+        wait = self._decoding().wait  # extended rounds are counted as offer() counts them
+        arrived: list[int] = []
+        for worker in order.tolist():
+            arrived.append(int(worker))
+            if len(arrived) >= self.wanted:
+                _, vec = code.weights(arrived)
+                if wait.judge(len(arrived), self.wanted, code.n, vec.residual, self.tol):
+                    break
+        if len(arrived) < self.wanted:
+            raise DecodeError(f"{self.name}: {len(arrived)} of {self.wanted} arrivals")
+        a, vec = code.weights(arrived)
+        self.last_residual, self.last_condition = vec.residual, vec.condition
+        if not vec.residual <= self.tol:
+            self.residual_errors += 1
+            raise DecodeError(
+                f"{self.name}: decode residual {vec.residual:.3g} exceeds tol={self.tol:g} "
+                f"for survivors {list(vec.workers)}, and no other worker is left to wait for"
+            )
+        weights = np.asarray(a @ code.B[arrived], dtype=np.float64)
+        return OrderDecode(len(arrived), weights, True, tuple(arrived), vec.residual)
 
     def feasible(self, outstanding: frozenset[int]) -> bool:
         if self.code is None:

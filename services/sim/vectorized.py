@@ -8,8 +8,9 @@ none of that. When
 
 - the policy's round is decided by the order of arrivals alone
   (:meth:`Policy.decides_by_order`: uncoded, ignore-stragglers, erasurehead, frc without a
-  vote), so its :meth:`Policy.decode_order` gives the arrival it decodes at and the
-  estimate as partition weights Σ_p w_p g_p;
+  vote, cyclic: its decoding vector depends only on who arrived), so its
+  :meth:`Policy.decode_order` gives the arrival it decodes at and the estimate as
+  partition weights Σ_p w_p g_p;
 - the topology is a star, nothing crashes (no replacements to play), and compute times are
   modelled (``compute = "model"`` or ``"none"``), so arrival times do not depend on
   gradient values;
@@ -183,6 +184,7 @@ class VectorizedSimulator(Simulator):
             self._gradient(point, outcome.weights),
             outcome.workers_used,
             exact=outcome.exact,
+            residual=outcome.residual,
         )
         return out
 

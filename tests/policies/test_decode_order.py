@@ -26,6 +26,8 @@ SMALL = [
     ("erasurehead", {"r": 2, "K": 3}),
     ("erasurehead", {"r": 3, "K": 2, "scaled": False}),
     ("erasurehead", {"r": 2, "K": 6}),
+    ("cyclic", {"s": 1}),
+    ("cyclic", {"s": 2, "h": "gaussian"}),
 ]
 
 
@@ -44,7 +46,10 @@ def _offered(policy: Policy, rows: list[np.ndarray], order: list[int], t: int):
     policy.begin_round(t, np.zeros(len(rows[0])))
     for i, w in enumerate(order, start=1):
         if policy.offer(w, rows[w].copy()):
-            est = policy.decode()
+            try:
+                est = policy.decode()
+            except DecodeError:  # over, and refused (cyclic: every set above tol)
+                return None
             return i, est.gradient, est.exact, sorted(est.workers_used)
     return None
 
@@ -91,6 +96,11 @@ def test_every_order_and_every_silent_set_at_n6(name: str, params: dict) -> None
         ("frc", {"s": 3}),
         ("erasurehead", {"r": 3, "K": 30}),
         ("erasurehead", {"r": 5, "delta": 0.2}),
+        ("cyclic", {"s": 5}),
+        # Gaussian H at n = 60 and a tight tol: a quarter of the survivor sets decode
+        # above it, and the round takes more arrivals (extended rounds) or, with no
+        # one left, refuses.
+        ("cyclic", {"s": 4, "h": "gaussian", "tol": 1e-12}),
     ],
     ids=lambda v: str(v),
 )

@@ -30,6 +30,7 @@ POLICIES = [
     Component("frc", {"s": 2}),
     Component("erasurehead", {"r": 3, "K": 5}),
     Component("erasurehead", {"r": 2, "delta": 0.25, "scaled": False}),
+    Component("cyclic", {"s": 2}),
 ]
 STRAGGLERS = [
     Component("exponential", {"mean": 0.05}),
@@ -66,6 +67,7 @@ def _same(config: JobConfig, cost: CostModel) -> None:
         assert b.workers_used == a.workers_used
         assert (b.uploads, b.computations, b.cancelled) == (a.uploads, a.computations, a.cancelled)
         assert (b.bytes_up, b.bytes_down, b.exact) == (a.bytes_up, a.bytes_down, a.exact)
+        assert b.decode_residual == a.decode_residual
         assert b.compute_seconds_max == pytest.approx(a.compute_seconds_max, rel=1e-12)
         assert b.response_seconds.keys() == a.response_seconds.keys()
         for w, s in a.response_seconds.items():
@@ -120,7 +122,7 @@ def test_auto_picks_the_engine_that_can_run_the_job() -> None:
     assert isinstance(make_simulator(plain, COST), VectorizedSimulator)
     assert not isinstance(make_simulator(plain, COST, engine="events"), VectorizedSimulator)
     for config, cost in [
-        (job(Component("cyclic", {"s": 2}), STRAGGLERS[0]), COST),
+        (job(Component("polynomial", {"s": 2}), STRAGGLERS[0]), COST),
         (job(Component("frc", {"s": 2, "byzantine": 1}), STRAGGLERS[0]), COST),
         (job(POLICIES[1], Component("crash", {"count": 1})), COST),
         (plain, COST.replace(compute="measured")),
