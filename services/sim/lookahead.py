@@ -120,12 +120,18 @@ class Lookahead:
         """Keep each worker's latest delays (``memory`` of them, as
         :meth:`Observations.relative` values) for the decisions to come
         (:meth:`Observations.informed`): every answered delay, and a cancelled worker's
-        bound when it exceeds what was known of it (it was at least that slow)."""
+        bound when it exceeds what was known of it (it was at least that slow).
+
+        A worker that answered in these rounds speaks for itself: what was remembered of
+        it before is dropped. (Kept, the slow delays of a phase that had ended hid a
+        calm one for two or three decisions: on the alternating scenario auto moved
+        back to smaller groups 15-25 rounds into the calm phase; now 5.)"""
         relative = seen.relative()
         for w in range(seen.n_workers):
+            past = list(self._history[w])
             if (~seen.censored[:, w] & ~np.isnan(seen.excess[:, w])).any():
                 self._heard[w] = self.decisions
-            past = list(self._history[w])
+                past = []
             for value, cut in zip(relative[:, w], seen.censored[:, w], strict=True):
                 if np.isnan(value):
                     continue

@@ -309,3 +309,27 @@ def test_smaller_groups_are_not_tried_while_a_worker_was_never_heard_from(
     )
     assert choice == Choice(2, 8)
     assert "smaller groups not tried: workers [0] not heard from lately" in why
+
+
+def test_it_moves_back_to_smaller_groups_in_the_first_decision_after_a_calm_round(
+    tmp_path: Path,
+) -> None:
+    # Workers 0 and 1 are 2 s late in rounds 0-19, then nobody is. auto moves to groups
+    # of 4 at its first decision (round 5). Rounds 20-24 are calm and every worker
+    # answers in some of them (the fastest of each group rotates): the decision at round
+    # 25 (from rounds 15-24) must see the calm, not impute the late pair's old delays to
+    # the rounds it was stopped without, and move back to groups of 2 (half the compute).
+    trace = tmp_path / "calm-after-20.json"
+    jitter = [[0.01 + 0.001 * ((7 * w + 3 * t) % 8) for w in range(8)] for t in range(60)]
+    rows = [
+        [d + (2.0 if t < 20 and w < 2 else 0.0) for w, d in enumerate(row)]
+        for t, row in enumerate(jitter)
+    ]
+    trace.write_text(json.dumps({"delays": rows}))
+    config = _slow_pair_job(tmp_path, sizes="2,4").replace(
+        rounds=60, stragglers=Component("trace", {"path": str(trace)})
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    records = simulate(config, cost).records
+    notes = [(r.round, r.note.split(" (")[0]) for r in records if r.note]
+    assert notes[:2] == [(5, "auto: r=2 K=8 -> r=4 K=8"), (25, "auto: r=4 K=8 -> r=2 K=8")], notes
