@@ -117,6 +117,11 @@ def stack(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
 def compose_up(command: Sequence[str], env: dict[str, str], log_dir: Path) -> Iterator[Prometheus]:
     """``command`` (a compose up, in the foreground of a child process) until Prometheus
     is ready; the stack is taken down, its containers' logs kept in ``log_dir``, on exit."""
+    # A stack an interrupted run left behind (its containers, and the coordinator's state
+    # volume with that run's jobs in it) would join this one: remove it first.
+    stale = log_dir / "left-by-an-earlier-run"
+    stale.mkdir()
+    _teardown(PROJECT, env, stale)
     for what, port in DEFAULT_PORTS.items():
         if not _port_free(port):
             pytest.fail(f"port {port} ({what}) is in use: the README's command publishes it")
