@@ -190,8 +190,8 @@ class Auto(ErasureHead):
         """At round ``first``, then ``window`` rounds after the latest decision began: the
         chooser's call on copies of θ_t and the last rounds' records (slow: the coordinator
         runs it in a thread while rounds go on); :meth:`settle` takes its answer."""
-        if self.chooser is None or len(self._records) < 5:
-            return None
+        if self.chooser is None or len(self._records) < 5 or self._pending is not None:
+            return None  # (a settled choice not yet taken: the next looks ahead from it)
         due = t >= self.first if self._asked is None else t - self._asked >= self.window
         if not due:
             return None

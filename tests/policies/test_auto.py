@@ -79,6 +79,39 @@ def test_it_starts_exact_and_switches_only_when_due_and_told() -> None:
     assert policy.state() == {"k": 8, "r": 2} and policy.moves == 0
 
 
+def test_a_decision_that_finishes_rounds_later_takes_effect_then_and_the_next_starts_from_it() -> (
+    None
+):
+    # The coordinator's way: the look-ahead started before round 5 runs in a thread and
+    # is done only before round 12; no other starts meanwhile, and the one after it
+    # looks ahead from the choice it made (not from the rule that ran while it thought).
+    policy = create("auto", {"r": 2, "window": 5})
+    assert isinstance(policy, Auto)
+    policy.plan(8, 8)
+    chooser = Scripted({5: (2, 4), 13: (2, 6)})
+    policy.attach(chooser)
+    running = None
+    notes = {}
+    for t in range(25):
+        theta = np.full(3, float(t))
+        if running is not None and t in (12, 22):
+            policy.settle(running())
+            running = None
+        if running is None:
+            running = policy.deliberation(t, theta)
+        assert policy.replan() is None
+        policy.begin_round(t, theta)
+        notes[t] = policy.round_note()
+        policy.observe(_record(t))
+    assert [(t, current) for t, _, current in chooser.asked] == [
+        (5, Choice(2, 8)),
+        (13, Choice(2, 4)),  # window (5) rounds after the first began, from its choice
+    ]
+    assert notes[12] == "auto: r=2 K=8 -> r=2 K=4 (scripted; looked ahead from round 5)"
+    assert notes[22] == "auto: r=2 K=4 -> r=2 K=6 (scripted; looked ahead from round 13)"
+    assert [t for t, n in notes.items() if n] == [12, 22]
+
+
 def test_a_new_group_size_is_a_new_plan_that_ships_only_what_workers_lack() -> None:
     policy = create("auto", {"r": 2, "window": 5})
     assert isinstance(policy, Auto)
