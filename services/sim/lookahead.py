@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from codedgd.services.data.dataset import take_rows
 from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared
@@ -80,6 +81,7 @@ class Lookahead:
         margin: float = 0.2,
         replays: int = 2,
         memory: int = 6,
+        rows: int = 8192,
     ) -> None:
         self.config = config
         self.prepared = prepared
@@ -93,6 +95,8 @@ class Lookahead:
         self._sizes: list[int] | None = None  # each partition's bytes on the wire
         # Each worker's latest answered delays, over decisions: what a censored delay hides.
         self.memory = memory
+        self.rows = rows  # most training rows a decision simulates on (see _sampled)
+        self._sample: tuple[Prepared, float] | None = None
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
@@ -103,11 +107,30 @@ class Lookahead:
         so the first decision is not that much later than the rounds it starts from."""
         importlib.import_module("scipy.stats")
 
+    def _sampled(self) -> tuple[Prepared, float]:
+        """(the job with at most ``rows`` training rows, the fraction of rows it keeps).
+
+        A decision simulates hundreds of rounds, each a gradient and a loss over the
+        training rows; on a job of 40,000 rows it took seconds (rounds there take tens
+        of milliseconds, so the choice came 20-50 rounds late). Every partition keeps
+        the same fraction of its rows (seeded), the held-out set too, and the cost model
+        charges each kept row for the rows it stands for, so the simulated seconds are
+        the job's. Mini-batch jobs are not sampled: their rounds are small already.
+        """
+        if self._sample is None:
+            self._sample = _subsample(self.prepared, self.rows, self.config)
+        return self._sample
+
     def _cost(self, records: Sequence[RoundRecord], obs_compute: float) -> CostModel:
         decode = float(np.median([r.decode_seconds for r in records]))
+        sample, kept = self._sampled()
         if self.cost is not None:
-            return self.cost.replace(decode_seconds=decode)
-        rows = float(np.median(rows_per_round(self.prepared, self.config.batch_size)))
+            per_row = self.cost.seconds_per_sample
+            return self.cost.replace(
+                decode_seconds=decode,
+                seconds_per_sample=per_row / kept if per_row is not None else None,
+            )
+        rows = float(np.median(rows_per_round(sample, self.config.batch_size)))
         return CostModel(
             seconds_per_sample=obs_compute / max(rows, 1.0),
             seconds_per_partition=0.0,
@@ -139,14 +162,19 @@ class Lookahead:
                     past.append(float(value))
             self._history[w] = np.asarray(past[-self.memory :], dtype=np.float64)
 
-    def _remaining(self, t: int, start: float, curve: list[tuple[float, float]]) -> float:
+    def _remaining(
+        self, t: int, start: float, curve: list[tuple[float, float]], shift: float = 0.0
+    ) -> float:
         """Rounds the job has left at the current rule's pace: to job.rounds, or with a
-        target loss, the rounds the current rule's ``curve`` (from loss ``start``) says it
-        needs to get there. Progress is taken to shrink geometrically, at the rate its
-        second half of the curve shrank against its first; a target it would never reach
-        at that rate leaves job.rounds."""
+        target loss (moved by ``shift``, the sample's loss less the job's), the rounds the
+        current rule's ``curve`` (from loss ``start``) says it needs to get there.
+        Progress is taken to shrink geometrically, at the rate its second half of the
+        curve shrank against its first; a target it would never reach at that rate
+        leaves job.rounds."""
         left = float(max(self.config.rounds - t, 0))
         target = self.config.target_loss
+        if target is not None:
+            target += shift
         losses = [loss for _, loss in curve]
         if target is None or not math.isfinite(target) or len(losses) < 4:
             return left
@@ -210,7 +238,7 @@ class Lookahead:
         candidate = create("erasurehead", options)
         plan = candidate.plan(n, len(self.prepared.blocks))
         prepared = dataclasses.replace(
-            self.prepared, policy=candidate, plan=plan, theta0=np.array(theta, copy=True)
+            self._sampled()[0], policy=candidate, plan=plan, theta0=np.array(theta, copy=True)
         )
         config = self.config.replace(
             rounds=rounds,
@@ -263,8 +291,15 @@ class Lookahead:
             return current, f"no refit: {exc}"
         cost = self._cost(records, obs.median_compute())
         horizon = self.horizon or len(records)
-        ds = self.prepared.dataset
-        start_loss = float(objective(self.prepared.model, theta, ds.X_train, ds.y_train))
+        sample, kept = self._sampled()
+        ds, model = sample.dataset, sample.model
+        start_loss = float(objective(model, theta, ds.X_train, ds.y_train))
+        # The sample's loss differs from the job's by about the same amount near θ: a
+        # target loss is moved by the difference here.
+        shift = 0.0
+        if kept < 1.0 and self.config.target_loss is not None:
+            whole = self.prepared.dataset
+            shift = start_loss - float(objective(model, theta, whole.X_train, whole.y_train))
         # A smaller group waits for workers the current rounds may never have waited
         # for: with one not heard from lately, its delay is unknown (its censored value
         # is only a bound), and the simulator would take it for a typical worker.
@@ -289,7 +324,7 @@ class Lookahead:
                 taken[c].append(_reached(trial, goal))
         self.decisions += 1
         span = float(np.mean(spans))
-        remaining = self._remaining(t, start_loss, first) * span / horizon
+        remaining = self._remaining(t, start_loss, first, shift) * span / horizon
         tau = {c: float(np.mean(v)) for c, v in taken.items()}
         moves = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}
         saved = {
@@ -352,3 +387,38 @@ def _heavier(fits: Sequence[DelayFit]) -> DelayFit:
     few values seen there, so the look-ahead takes the cautious one."""
     pareto = [f for f in fits if f.family == "pareto" and not f.why_not]
     return pareto[0] if pareto else fits[0]
+
+
+def _subsample(prepared: Prepared, rows: int, config: JobConfig) -> tuple[Prepared, float]:
+    """``prepared`` with at most ``rows`` training rows, every partition keeping the same
+    fraction of its own (seeded by the job), and the held-out set that fraction too (at
+    least 200 rows); and the fraction. Mini-batch jobs, and jobs no larger, as they are."""
+    ds = prepared.dataset
+    n_rows = sum(int(block.shape[0]) for block in prepared.blocks)
+    if config.batch_size or n_rows <= rows:
+        return prepared, 1.0
+    fraction = rows / n_rows
+    rng = np.random.default_rng([config.seed, 0x6C6F6F6B])  # "look"
+    kept: list[np.ndarray] = []
+    blocks: list[np.ndarray] = []
+    start = 0
+    for block in prepared.blocks:
+        size = max(1, round(int(block.shape[0]) * fraction))
+        kept.append(np.sort(rng.choice(block, size=size, replace=False)))
+        blocks.append(np.arange(start, start + size))
+        start += size
+    chosen = np.concatenate(kept)
+    n_test = int(ds.y_test.shape[0])
+    tested = np.sort(
+        rng.choice(n_test, size=min(n_test, max(200, round(n_test * fraction))), replace=False)
+    )
+    dataset = dataclasses.replace(
+        ds,
+        X_train=take_rows(ds.X_train, chosen),
+        y_train=ds.y_train[chosen],
+        X_test=take_rows(ds.X_test, tested),
+        y_test=ds.y_test[tested],
+        blocks=None,
+    )
+    # The fraction each simulated row stands for, as the cost model charges it.
+    return dataclasses.replace(prepared, dataset=dataset, blocks=blocks), start / n_rows

@@ -16,7 +16,7 @@ from codedgd.services.policies.auto import Auto, Choice
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
-from codedgd.services.sim.lookahead import Lookahead
+from codedgd.services.sim.lookahead import Lookahead, _subsample
 
 
 class Scripted:
@@ -366,3 +366,33 @@ def test_it_moves_back_to_smaller_groups_in_the_first_decision_after_a_calm_roun
     records = simulate(config, cost).records
     notes = [(r.round, r.note.split(" (")[0]) for r in records if r.note]
     assert notes[:2] == [(5, "auto: r=2 K=8 -> r=4 K=8"), (25, "auto: r=4 K=8 -> r=2 K=8")], notes
+
+
+def test_a_large_job_is_looked_ahead_on_a_sample_of_its_rows_that_decides_alike(
+    tmp_path: Path,
+) -> None:
+    config = _slow_pair_job(tmp_path, sizes="2,4").replace(
+        data=Component("synthetic", {"rows": 8000, "dim": 20}), target_loss=0.3
+    )
+    prepared = prepare(config, None)
+    cost = CostModel(seconds_per_sample=0.05 / 1000, seconds_per_partition=0.0, decode_seconds=1e-4)
+    sampled, kept = _subsample(prepared, 2000, config)
+    # Every partition keeps the same fraction of its own rows, the held-out set too.
+    fraction = 2000 / prepared.dataset.n_train
+    assert kept == pytest.approx(fraction, abs=1e-3) and sampled.dataset.n_train == 2000
+    for whole, part in zip(prepared.blocks, sampled.blocks, strict=True):
+        assert len(part) == pytest.approx(len(whole) * fraction, abs=1)
+        taken = sampled.dataset.X_train[part]
+        own = {row.tobytes() for row in prepared.dataset.X_train[whole]}
+        assert all(row.tobytes() in own for row in taken)
+    tests = len(prepared.dataset.y_test)
+    assert len(sampled.dataset.y_test) == pytest.approx(max(200, tests * fraction), abs=1)
+    # The decision from the sample is the decision from all rows, in the same seconds.
+    run = simulate(config.replace(policy=Component("frc", {"s": 1}), rounds=10), cost)
+    decisions = []
+    for rows in (2000, 10**9):
+        look = Lookahead(config, prepare(config, None), cost, rows=rows)
+        choice, why = look.choose(10, run.theta, run.records, Choice(2, 8), [Choice(4, 8)])
+        decisions.append((choice, float(why.split(" needs ")[1].split(" s ")[0])))
+    assert decisions[0][0] == decisions[1][0] == Choice(4, 8)
+    assert decisions[0][1] == pytest.approx(decisions[1][1], rel=0.05)  # r=2's seconds
