@@ -30,7 +30,9 @@ The coordinator attaches one to an ``auto`` job with a cost model fitted from th
 rounds (compute per row from the reported compute seconds, links free: the recorded
 delays hold them); the simulator attaches one with its own cost model. A decision
 simulates at most ``replays`` × (horizon + |candidates| × 1.75 horizon) rounds, each a
-weighted gradient and a loss evaluation, on the process that holds the data.
+weighted gradient and a loss evaluation, on the process that holds the data, over at
+most ``rows`` training rows (a larger job is sampled, each partition alike: see
+:meth:`Lookahead._sampled`).
 """
 
 from __future__ import annotations
