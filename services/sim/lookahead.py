@@ -123,9 +123,13 @@ class Lookahead:
             self._sample = _subsample(self.prepared, self.rows, self.config)
         return self._sample
 
-    def _cost(self, records: Sequence[RoundRecord], obs_compute: float) -> CostModel:
+    def _cost(
+        self, records: Sequence[RoundRecord], obs_compute: float, whole: bool = False
+    ) -> CostModel:
+        """The cost model a decision simulates with: on the sample of rows (each charged
+        for the rows it stands for), or with ``whole``, on all of them."""
         decode = float(np.median([r.decode_seconds for r in records]))
-        sample, kept = self._sampled()
+        sample, kept = (self.prepared, 1.0) if whole else self._sampled()
         if self.cost is not None:
             per_row = self.cost.seconds_per_sample
             return self.cost.replace(
@@ -164,19 +168,14 @@ class Lookahead:
                     past.append(float(value))
             self._history[w] = np.asarray(past[-self.memory :], dtype=np.float64)
 
-    def _remaining(
-        self, t: int, start: float, curve: list[tuple[float, float]], shift: float = 0.0
-    ) -> float:
+    def _remaining(self, t: int, start: float, curve: list[tuple[float, float]]) -> float:
         """Rounds the job has left at the current rule's pace: to job.rounds, or with a
-        target loss (moved by ``shift``, the sample's loss less the job's), the rounds the
-        current rule's ``curve`` (from loss ``start``) says it needs to get there.
-        Progress is taken to shrink geometrically, at the rate its second half of the
-        curve shrank against its first; a target it would never reach at that rate
-        leaves job.rounds."""
+        target loss, the rounds the current rule's ``curve`` (from loss ``start``) says it
+        needs to get there. Progress is taken to shrink geometrically, at the rate its
+        second half of the curve shrank against its first; a target it would never reach
+        at that rate leaves job.rounds."""
         left = float(max(self.config.rounds - t, 0))
         target = self.config.target_loss
-        if target is not None:
-            target += shift
         losses = [loss for _, loss in curve]
         if target is None or not math.isfinite(target) or len(losses) < 4:
             return left
@@ -230,17 +229,20 @@ class Lookahead:
         until: float = math.inf,
         goal: float = -math.inf,
         settle: int = 0,
+        whole: bool = False,
     ) -> list[tuple[float, float]]:
         """(virtual seconds, loss) of ``choice`` from θ: ``rounds`` rounds, or until it has
         used ``until`` seconds without reaching loss ``goal``, or reached it and gone on
-        for ``settle`` more rounds (to tell a loss that stays there from a noisy dip)."""
+        for ``settle`` more rounds (to tell a loss that stays there from a noisy dip). On
+        the sample of rows, or with ``whole``, on all of them."""
         n = self.config.workers
         scaled = bool(getattr(self.prepared.policy, "scaled", True))
         options = {"r": choice.r, "K": choice.k, "scaled": scaled}
         candidate = create("erasurehead", options)
         plan = candidate.plan(n, len(self.prepared.blocks))
+        data = self.prepared if whole else self._sampled()[0]
         prepared = dataclasses.replace(
-            self._sampled()[0], policy=candidate, plan=plan, theta0=np.array(theta, copy=True)
+            data, policy=candidate, plan=plan, theta0=np.array(theta, copy=True)
         )
         config = self.config.replace(
             rounds=rounds,
@@ -296,12 +298,6 @@ class Lookahead:
         sample, kept = self._sampled()
         ds, model = sample.dataset, sample.model
         start_loss = float(objective(model, theta, ds.X_train, ds.y_train))
-        # The sample's loss differs from the job's by about the same amount near θ: a
-        # target loss is moved by the difference here.
-        shift = 0.0
-        if kept < 1.0 and self.config.target_loss is not None:
-            whole = self.prepared.dataset
-            shift = start_loss - float(objective(model, theta, whole.X_train, whole.y_train))
         # A smaller group waits for workers the current rounds may never have waited
         # for: with one not heard from lately, its delay is unknown (its censored value
         # is only a bound), and the simulator would take it for a typical worker.
@@ -326,7 +322,17 @@ class Lookahead:
                 taken[c].append(_reached(trial, goal))
         self.decisions += 1
         span = float(np.mean(spans))
-        remaining = self._remaining(t, start_loss, first, shift) * span / horizon
+        pace_start, pace = start_loss, first  # what the rounds left are read from
+        if kept < 1.0 and self.config.target_loss is not None:
+            # A target is a loss of the whole data, and near the optimum the sample's
+            # loss is no stand-in for it (its optimum is elsewhere): the current rule's
+            # curve is simulated once more, on every row, for the rounds left.
+            whole = self.prepared.dataset
+            pace_start = float(objective(model, theta, whole.X_train, whole.y_train))
+            on_all = self._cost(records, obs.median_compute(), whole=True)
+            seed = t * self.replays
+            pace = self._curve(seed, theta, current, obs, tail, on_all, horizon, whole=True)
+        remaining = self._remaining(t, pace_start, pace) * span / horizon
         tau = {c: float(np.mean(v)) for c, v in taken.items()}
         moves = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}
         saved = {
