@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from codedgd.services.codes.cyclic import H_KINDS, CyclicCode, CyclicRound
+from codedgd.services.codes.cyclic import H_KINDS, CyclicCode, CyclicRound, DecodingVector
 from codedgd.services.errors import ConfigError, DecodeError, PlanError
 from codedgd.services.policies.base import (
     Estimate,
@@ -183,20 +183,23 @@ class CyclicRepetition(Policy):
         decoding = self._decoding()
         if not self._started or len(decoding.arrived) < self.wanted:
             raise DecodeError(f"{self.name}: {len(decoding.arrived)} of {self.wanted} arrivals")
-        try:
-            gradient, vec = decoding.combine()
-        except DecodeError as exc:
-            _, vec = self._code().weights(decoding.arrived)
-            self.last_residual, self.last_condition = vec.residual, vec.condition
+        self._judge(self._code().weights(decoding.arrived)[1])
+        gradient, vec = decoding.combine()
+        return Estimate(gradient, tuple(decoding.arrived), exact=True, residual=vec.residual)
+
+    def _judge(self, vec: DecodingVector) -> None:
+        """Keep a decode's residual and condition; refuse one above tol, naming the fix
+        (every arrival of the round is in: no better-conditioned set is left to wait for)."""
+        self.last_residual, self.last_condition = vec.residual, vec.condition
+        if not vec.residual <= self.tol:
             self.residual_errors += 1
             raise DecodeError(
-                f"{self.name}: {exc}; use "
+                f"{self.name}: decode residual max|a^T B_F - 1^T| = {vec.residual:.3g} "
+                f"exceeds tol={self.tol:g} for survivors {list(vec.workers)} (condition "
+                f"number {vec.condition:.3g}), and no other worker is left to wait for; use "
                 + ("" if self.h == "orthonormal" else "h=orthonormal, ")
                 + "a smaller s, a larger tol, or a group code"
-            ) from None
-        self.last_residual = vec.residual
-        self.last_condition = vec.condition
-        return Estimate(gradient, tuple(decoding.arrived), exact=True, residual=vec.residual)
+            )
 
     def decides_by_order(self) -> bool:
         return True
@@ -217,13 +220,7 @@ class CyclicRepetition(Policy):
         if len(arrived) < self.wanted:
             raise DecodeError(f"{self.name}: {len(arrived)} of {self.wanted} arrivals")
         a, vec = code.weights(arrived)
-        self.last_residual, self.last_condition = vec.residual, vec.condition
-        if not vec.residual <= self.tol:
-            self.residual_errors += 1
-            raise DecodeError(
-                f"{self.name}: decode residual {vec.residual:.3g} exceeds tol={self.tol:g} "
-                f"for survivors {list(vec.workers)}, and no other worker is left to wait for"
-            )
+        self._judge(vec)
         weights = np.asarray(a @ code.B[arrived], dtype=np.float64)
         return OrderDecode(len(arrived), weights, True, tuple(arrived), vec.residual)
 
