@@ -51,6 +51,12 @@ OnRefused = Callable[[int, str], None]
 # Status codes by which a peer refuses the pushes themselves, not the link: the sender
 # sent what no peer of its job may send (a bad frame, sender, stage, step or shape).
 REFUSALS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
+# gRPC can end a call the peer refused with INTERNAL ("Internal error from Core") when
+# the refusal arrives while frames are still being sent: its status is lost, and the
+# refused sender would report the peer's link as failed (and the coordinator release an
+# honest peer). Such a failure is reported only if no clean answer from the same peer
+# (a refusal on a later call) comes within this many seconds.
+AMBIGUOUS_GRACE_SECONDS = 1.0
 
 
 class PeerLinks(Protocol):
@@ -94,6 +100,7 @@ class GrpcPeerLinks:
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._channels: dict[int, aio.Channel] = {}
         self._closing: set[asyncio.Future[None]] = set()  # channels of dropped links
+        self._ambiguous: dict[int, asyncio.TimerHandle] = {}  # INTERNAL, not yet reported
 
     def send(self, peer: int, frames: Iterable[bytes]) -> None:
         queue = self._queues.get(peer)
@@ -134,6 +141,9 @@ class GrpcPeerLinks:
         except grpc.aio.AioRpcError as exc:
             self._drop(peer)
             if exc.code() in REFUSALS and self.on_refused is not None:
+                held = self._ambiguous.pop(peer, None)
+                if held is not None:
+                    held.cancel()  # the garbled end was this refusal: not a failed link
                 reason = f"worker {peer} refused this worker's pushes: {exc.details()}"
                 log.error("%s", reason)
                 self.on_refused(peer, reason)
@@ -142,6 +152,18 @@ class GrpcPeerLinks:
                 f"link to worker {peer} at {address} failed: {exc.code().name}: {exc.details()}"
             )
             log.warning("%s", reason)
+            if exc.code() == grpc.StatusCode.INTERNAL and self.on_refused is not None:
+                if peer not in self._ambiguous:
+                    loop = asyncio.get_running_loop()
+                    self._ambiguous[peer] = loop.call_later(
+                        AMBIGUOUS_GRACE_SECONDS, self._failed_late, peer, reason
+                    )
+                return
+            self.on_failure(peer, reason)
+
+    def _failed_late(self, peer: int, reason: str) -> None:
+        """An INTERNAL end that no clean refusal explained: the link failed after all."""
+        if self._ambiguous.pop(peer, None) is not None:
             self.on_failure(peer, reason)
 
     def _drop(self, peer: int) -> None:
@@ -164,6 +186,9 @@ class GrpcPeerLinks:
             self._drop(peer)
 
     async def close(self) -> None:
+        for held in self._ambiguous.values():
+            held.cancel()
+        self._ambiguous.clear()
         for queue in self._queues.values():
             queue.put_nowait(None)
         tasks = list(self._calls.values())
