@@ -55,8 +55,9 @@ REFUSALS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
 # the refusal arrives while frames are still being sent: its status is lost, and the
 # refused sender would report the peer's link as failed (and the coordinator release an
 # honest peer). Such a failure is reported only if no clean answer from the same peer
-# (a refusal on a later call) comes within this many seconds.
-AMBIGUOUS_GRACE_SECONDS = 1.0
+# (a refusal on a later call) comes within this many seconds, and never after the same
+# peer has refused this worker's pushes (the refusal is the fault, not the link).
+AMBIGUOUS_GRACE_SECONDS = 3.0
 
 
 class PeerLinks(Protocol):
@@ -101,6 +102,7 @@ class GrpcPeerLinks:
         self._channels: dict[int, aio.Channel] = {}
         self._closing: set[asyncio.Future[None]] = set()  # channels of dropped links
         self._ambiguous: dict[int, asyncio.TimerHandle] = {}  # INTERNAL, not yet reported
+        self._refused_by: set[int] = set()  # peers that refused this worker's pushes
 
     def send(self, peer: int, frames: Iterable[bytes]) -> None:
         queue = self._queues.get(peer)
@@ -141,6 +143,7 @@ class GrpcPeerLinks:
         except grpc.aio.AioRpcError as exc:
             self._drop(peer)
             if exc.code() in REFUSALS and self.on_refused is not None:
+                self._refused_by.add(peer)
                 held = self._ambiguous.pop(peer, None)
                 if held is not None:
                     held.cancel()  # the garbled end was this refusal: not a failed link
@@ -153,6 +156,8 @@ class GrpcPeerLinks:
             )
             log.warning("%s", reason)
             if exc.code() == grpc.StatusCode.INTERNAL and self.on_refused is not None:
+                if peer in self._refused_by:
+                    return  # it refused this worker's pushes already: that is the fault
                 if peer not in self._ambiguous:
                     loop = asyncio.get_running_loop()
                     self._ambiguous[peer] = loop.call_later(

@@ -88,3 +88,12 @@ async def test_an_internal_end_that_nothing_explains_is_a_failed_link(
     failed, refused, _ = await _push_twice([grpc.StatusCode.INTERNAL], 0.2, monkeypatch)
     assert refused == []
     assert len(failed) == 1 and "failed: INTERNAL" in failed[0]  # once, after the grace
+
+
+async def test_an_internal_end_after_a_clean_refusal_is_not_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    codes = [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL]
+    failed, refused, calls = await _push_twice(codes, 0.2, monkeypatch)
+    assert calls == 2
+    assert refused == ["worker 1 refused this worker's pushes: shape"] and failed == []
