@@ -6,10 +6,14 @@ run for real on the same job (same seed, data, delays model) to the same target 
 Reported: the pick's real time to the target over the best real time (goal <= 1.10),
 uncoded's over the pick's (goal > 1), and ``auto``'s (choosing r and K as it runs,
 moving data between the processes) over the best real time. Wall-clock times on this
-shared 2-core machine.
+shared 2-core machine; every candidate (and auto) runs ``--repeats`` times and its median
+time counts, since one run is as noisy as the differences between the top candidates.
 
-    python -m bench.bench_tune_real                      # two scenarios, ~5 minutes
-    python -m bench.bench_tune_real --scenario few-slow
+The scenarios are bench_tune's six at n = 8, with the phases of rotating and alternating
+every 10 rounds instead of 50 (these jobs are over in 15-40 rounds).
+
+    python -m bench.bench_tune_real                      # six scenarios, ~40 minutes
+    python -m bench.bench_tune_real --scenario few-slow --repeats 1
 """
 
 from __future__ import annotations
@@ -23,17 +27,31 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = {
-    "exponential": ["--stragglers", "exponential", "--straggler-opt", "mean=0.1"],
-    "few-slow": [
-        "--stragglers", "speed-classes", "--straggler-opt", "count=1",
-        "--straggler-opt", "factor=5", "--straggler-opt", "mean=0.02",
-    ],
-}  # fmt: skip
+import numpy as np
+
+from bench.bench_tune import SCENARIOS
+
+N = 8
+# bench_tune's six delay scenarios at n = 8, their phases (rotating, alternating) every
+# PHASE rounds rather than 50: these jobs reach their target in 15-40 rounds.
+PHASE = 10
 JOB = [
-    "-n", "8", "--seed", "3", "--data-opt", "rows=40000", "--data-opt", "dim=50",
+    "-n", str(N), "--seed", "3", "--data-opt", "rows=40000", "--data-opt", "dim=50",
     "--no-progress",
 ]  # fmt: skip
+
+
+def scenario_args(scenario: str) -> list[str]:
+    """``codedgd run``'s flags for the delays of ``scenario`` (bench_tune's, at n = 8)."""
+    model = SCENARIOS[scenario](N)
+    args = ["--stragglers", model.name]
+    for key, value in model.options.items():
+        value = PHASE if key == "every" else value
+        args += [
+            "--straggler-opt",
+            f"{key}={str(value).lower() if isinstance(value, bool) else value}",
+        ]
+    return args
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -54,34 +72,56 @@ def time_to(path: Path, target: float) -> float:
     return float(hit["wall_seconds"]) if hit else math.inf
 
 
-def one(scenario: str, tmp: Path, rounds: int) -> dict[str, Any]:
+def timed_runs(
+    scenario: str, out: Path, target: float, rounds: int, repeats: int, *flags: str
+) -> tuple[float, Path]:
+    """The median real time to ``target`` of ``repeats`` identical runs (the machine's
+    noise is what differs between them), and the last run's result file."""
+    times = []
+    for rep in range(repeats):
+        path = out.with_suffix(f".{rep}.json")
+        cli(
+            "run", *JOB, *scenario_args(scenario), "-r", str(rounds), *flags,
+            "--target-loss", repr(target), "-o", str(path),
+        )  # fmt: skip
+        times.append(time_to(path, target))
+    return float(np.median(times)), path
+
+
+def one(scenario: str, tmp: Path, rounds: int, repeats: int) -> dict[str, Any]:
     src = tmp / f"{scenario}-source.json"
-    cli("run", *JOB, *SCENARIOS[scenario], "-r", str(rounds), "--policy", "uncoded", "-o", str(src))
+    cli(
+        "run",
+        *JOB,
+        *scenario_args(scenario),
+        "-r",
+        str(rounds),
+        "--policy",
+        "uncoded",
+        "-o",
+        str(src),
+    )
     tuned = json.loads(cli("tune", str(src), "--json", "--repeats", "3").stdout)
     target = float(tuned["target_loss"])
     real: dict[str, float] = {}
     for cand in tuned["candidates"]:
         policy = cand["policy"]
         params = [f"--param={k}={v}" for k, v in policy.items() if k != "name"]
-        out = tmp / f"{scenario}-{cand['label'].replace(' ', '_')}.json"
-        cli(
-            "run", *JOB, *SCENARIOS[scenario], "-r", str(2 * rounds), "--policy", policy["name"],
-            *params, "--target-loss", repr(target), "-o", str(out),
+        label = cand["label"]
+        real[label], _ = timed_runs(
+            scenario, tmp / f"{scenario}-{label.replace(' ', '_')}", target, 2 * rounds, repeats,
+            "--policy", policy["name"], *params,
         )  # fmt: skip
-        real[cand["label"]] = time_to(out, target)
         print(
-            f"  {scenario} {cand['label']}: predicted {cand['predicted_seconds']}, "
-            f"real {real[cand['label']]:.2f} s",
+            f"  {scenario} {label}: predicted {cand['predicted_seconds']}, "
+            f"real {real[label]:.2f} s",
             file=sys.stderr,
             flush=True,
         )
     # auto on the same job: it starts at r = 2 and chooses r and K as it runs.
-    out = tmp / f"{scenario}-auto.json"
-    cli(
-        "run", *JOB, *SCENARIOS[scenario], "-r", str(2 * rounds), "--policy", "auto",
-        "--target-loss", repr(target), "-o", str(out),
-    )  # fmt: skip
-    auto = time_to(out, target)
+    auto, out = timed_runs(
+        scenario, tmp / f"{scenario}-auto", target, 2 * rounds, repeats, "--policy", "auto"
+    )
     notes = [r["note"] for r in json.loads(out.read_text())["rounds"] if r.get("note")]
     print(f"  {scenario} auto: real {auto:.2f} s; {notes}", file=sys.stderr, flush=True)
     pick = tuned["candidates"][0]["label"]
@@ -104,8 +144,11 @@ def main() -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    p.add_argument("--scenario", action="append", choices=list(SCENARIOS))
     p.add_argument("--rounds", type=int, default=40, help="the source run's rounds")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="real runs of every candidate (median time)"
+    )
     args = p.parse_args()
     print(
         "| scenario (n = 8 processes) | tune's pick | real (s) | best real | best (s) "
@@ -114,7 +157,7 @@ def main() -> None:
     print("|---|---|---:|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in args.scenario or list(SCENARIOS):
-            r = one(scenario, Path(tmp), args.rounds)
+            r = one(scenario, Path(tmp), args.rounds, args.repeats)
             print(
                 f"| {r['scenario']} | {r['pick']} | {r['pick_real']:.2f} | {r['best']} | "
                 f"{r['best_real']:.2f} | {r['pick_real'] / r['best_real']:.2f} | "

@@ -41,6 +41,7 @@ from codedgd.services.policies.base import Param, Plan, RoundSpec
 from codedgd.services.policies.erasurehead import ErasureHead
 from codedgd.services.policies.registry import register
 from codedgd.services.records import RoundRecord
+from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS
 
 
 @dataclass(frozen=True, order=True)
@@ -98,7 +99,12 @@ class Auto(ErasureHead):
             "those of 1, 2, 4 and the starting r that divide n); a change of r moves data",
         ),
         Param("window", int, 10, "rounds between decisions, and rounds refitted (>= 5)"),
-        Param("first", int, 5, "the round of the first decision (>= 5: a fit needs them)"),
+        Param(
+            "first",
+            int,
+            MIN_LIVE_ROUNDS,
+            f"the round of the first decision (>= {MIN_LIVE_ROUNDS}: a fit needs them)",
+        ),
         Param(
             "choices",
             str,
@@ -109,13 +115,20 @@ class Auto(ErasureHead):
     )
 
     def __init__(
-        self, r: int = 2, window: int = 10, choices: str = "", sizes: str = "", first: int = 5
+        self,
+        r: int = 2,
+        window: int = 10,
+        choices: str = "",
+        sizes: str = "",
+        first: int = MIN_LIVE_ROUNDS,
     ) -> None:
         super().__init__(r=r, K=0, delta=1.0)
         if window < 5:
             raise ConfigError(f"auto: window must be >= 5 rounds (a fit needs them), got {window}")
-        if first < 5:
-            raise ConfigError(f"auto: first must be >= 5 rounds (a fit needs them), got {first}")
+        if first < MIN_LIVE_ROUNDS:
+            raise ConfigError(
+                f"auto: first must be >= {MIN_LIVE_ROUNDS} rounds (a fit needs them), got {first}"
+            )
         self.window = window
         self.first = first
         self.choices_text = choices
@@ -190,7 +203,11 @@ class Auto(ErasureHead):
         """At round ``first``, then ``window`` rounds after the latest decision began: the
         chooser's call on copies of θ_t and the last rounds' records (slow: the coordinator
         runs it in a thread while rounds go on); :meth:`settle` takes its answer."""
-        if self.chooser is None or len(self._records) < 5 or self._pending is not None:
+        if (
+            self.chooser is None
+            or len(self._records) < MIN_LIVE_ROUNDS
+            or self._pending is not None
+        ):
             return None  # (a settled choice not yet taken: the next looks ahead from it)
         due = t >= self.first if self._asked is None else t - self._asked >= self.window
         if not due:

@@ -58,6 +58,7 @@ from codedgd.services.sim.cost import CostModel, move_seconds
 from codedgd.services.sim.engine import Simulator, partition_bytes, rows_per_round
 from codedgd.services.sim.vectorized import VectorizedSimulator, not_vectorizable
 from codedgd.services.stragglers.fitted import (
+    MIN_LIVE_ROUNDS,
     DelayFit,
     Observations,
     ResampledDelay,
@@ -286,7 +287,7 @@ class Lookahead:
         choices: Sequence[Choice],
     ) -> tuple[Choice, str]:
         try:
-            seen = observe(records, self.config.workers)
+            seen = observe(records, self.config.workers, MIN_LIVE_ROUNDS)
             self._remember(seen)
             obs = seen.informed(self._history)
             fits = fit_delays(obs)

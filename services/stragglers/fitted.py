@@ -39,7 +39,11 @@ import numpy as np
 from codedgd.services.errors import ConfigError
 from codedgd.services.records import RoundRecord
 
-MIN_ROUNDS = 5
+MIN_ROUNDS = 5  # of a run `tune` fits: enough to judge the fit and to search with
+# The fewest rounds auto's look-ahead refits. Its first decision comes this early because
+# the rounds before it run the starting rule blind: on the alternating scenario five of
+# them (a quarter of the workers 5x slower) cost as much as 15 rounds of the best rule.
+MIN_LIVE_ROUNDS = 2
 # The typical worker is the one at this percentile of the pool's per-worker medians: low
 # enough to sit among the fast ones when up to three quarters of the pool is slow.
 TYPICAL = 25.0
@@ -158,13 +162,16 @@ class Observations:
         return Observations(excess, censored, self.compute)
 
 
-def observe(records: Sequence[RoundRecord], n_workers: int) -> Observations:
-    """The timings of ``records`` (a run of ``n_workers``), checked to be enough to fit."""
+def observe(
+    records: Sequence[RoundRecord], n_workers: int, min_rounds: int = MIN_ROUNDS
+) -> Observations:
+    """The timings of ``records`` (a run of ``n_workers``), checked to be enough to fit
+    (``min_rounds`` rounds with per-worker response times)."""
     timed = [r for r in records if r.response_seconds]
-    if len(timed) < MIN_ROUNDS:
+    if len(timed) < min_rounds:
         raise ConfigError(
             f"the run has {len(timed)} round(s) with per-worker response times; fitting "
-            f"needs at least {MIN_ROUNDS}: use a longer run (or a probe job of more rounds)"
+            f"needs at least {min_rounds}: use a longer run (or a probe job of more rounds)"
         )
     excess = np.full((len(timed), n_workers), np.nan)
     censored = np.zeros((len(timed), n_workers), dtype=bool)

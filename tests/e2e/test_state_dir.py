@@ -162,7 +162,7 @@ async def test_a_job_that_moved_its_data_resumes_with_its_new_plan(
     tmp_path: Path, worker_processes: WorkerProcesses, coordinators: list[CoordinatorProcess]
 ) -> None:
     # auto moves from groups of 2 to one group of 4 once its first look-ahead (from round
-    # 5, in a thread) is done (workers 0 and 1 are late in every round); the coordinator
+    # 2, in a thread) is done (workers 0 and 1 are late in every round); the coordinator
     # dies after a later checkpoint. The new one
     # must assign the workers groups of 4, not the job file's r = 2: otherwise they would
     # compute other partitions than the policy decodes (wrong gradients), or wait for the

@@ -57,7 +57,7 @@ def _offer_all(policy: Auto, order: list[int], dim: int = 3) -> int:
 
 
 def test_it_starts_exact_and_switches_only_when_due_and_told() -> None:
-    policy = create("auto", {"r": 2, "window": 5})
+    policy = create("auto", {"r": 2, "window": 5, "first": 5})
     assert isinstance(policy, Auto)
     policy.plan(8, 8)
     assert policy.choices == (2, 4, 6, 8) and policy.k == 8 and policy.scale == 1.0
@@ -85,7 +85,7 @@ def test_a_decision_that_finishes_rounds_later_takes_effect_then_and_the_next_st
     # The coordinator's way: the look-ahead started before round 5 runs in a thread and
     # is done only before round 12; no other starts meanwhile, and the one after it
     # looks ahead from the choice it made (not from the rule that ran while it thought).
-    policy = create("auto", {"r": 2, "window": 5})
+    policy = create("auto", {"r": 2, "window": 5, "first": 5})
     assert isinstance(policy, Auto)
     policy.plan(8, 8)
     chooser = Scripted({5: (2, 4), 13: (2, 6)})
@@ -113,7 +113,7 @@ def test_a_decision_that_finishes_rounds_later_takes_effect_then_and_the_next_st
 
 
 def test_a_new_group_size_is_a_new_plan_that_ships_only_what_workers_lack() -> None:
-    policy = create("auto", {"r": 2, "window": 5})
+    policy = create("auto", {"r": 2, "window": 5, "first": 5})
     assert isinstance(policy, Auto)
     first = policy.plan(8, 8)
     policy.attach(Scripted({5: (4, 8), 10: (1, 6)}))
@@ -146,7 +146,7 @@ def test_a_new_group_size_is_a_new_plan_that_ships_only_what_workers_lack() -> N
 
 
 def test_a_round_whose_data_was_not_moved_is_refused() -> None:
-    policy = create("auto", {"r": 2, "window": 5})
+    policy = create("auto", {"r": 2, "window": 5, "first": 5})
     assert isinstance(policy, Auto)
     policy.plan(8, 8)
     policy.attach(Scripted({5: (4, 8)}))
@@ -199,6 +199,8 @@ def test_a_checkpoint_keeps_the_r_and_k_in_use() -> None:
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ConfigError, match="window must be >= 5"):
         create("auto", {"window": 2})
+    with pytest.raises(ConfigError, match="first must be >= 2"):
+        create("auto", {"first": 1})
     with pytest.raises(PlanError, match=r"choices \[9\] are not in 1..n=8"):
         create("auto", {"choices": "4,9"}).plan(8, 8)
     with pytest.raises(PlanError, match="give whole numbers"):
@@ -232,14 +234,14 @@ def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded(
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     records = simulate(config, cost).records
     notes = [(r.round, r.note) for r in records if r.note]
-    # The first decision at round `first` (5), then every `window` (10) rounds.
-    assert notes and notes[0][0] == 5, notes
+    # The first decision at round `first` (default 2), then every `window` (10) rounds.
+    assert notes and notes[0][0] == 2, notes
     assert notes[0][1].startswith("auto: r=2 K=8 -> r=2 K=6 (saves ")
-    assert all(t % 10 == 5 and note.startswith("auto: r=2 K=") for t, note in notes)
+    assert all(t % 10 == 2 and note.startswith("auto: r=2 K=") for t, note in notes)
     # Rounds at K = 6 stop at the 6th arrival and leave the late group out.
-    after = records[5 : notes[1][0] if len(notes) > 1 else 40]
+    after = records[2 : notes[1][0] if len(notes) > 1 else 40]
     assert all(r.uploads == 6 and r.wait_seconds < 1.0 for r in after)
-    assert all(r.wait_seconds > 2.0 for r in records[:5])
+    assert all(r.wait_seconds > 2.0 for r in records[:2])
 
 
 def test_choices_without_n_force_the_first_decision() -> None:
@@ -252,8 +254,8 @@ def test_choices_without_n_force_the_first_decision() -> None:
         stragglers=Component("exponential", {"mean": 0.05}),
     )
     records = simulate(config, CostModel.ideal()).records
-    assert [r.round for r in records if r.note] == [5]
-    assert all(r.uploads <= 2 for r in records[5:])
+    assert [r.round for r in records if r.note] == [2]
+    assert all(r.uploads <= 2 for r in records[2:])
 
 
 def _slow_pair_job(tmp_path: Path, **options: object) -> JobConfig:
@@ -282,15 +284,15 @@ def test_on_the_simulator_it_moves_data_to_a_larger_group_when_that_pays(
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     records = simulate(config, cost, engine=engine).records
     notes = [(r.round, r.note) for r in records if r.note]
-    assert [t for t, _ in notes] == [5], notes  # at the first decision
+    assert [t for t, _ in notes] == [2], notes  # at the first decision (round `first`)
     note = notes[0][1]
     assert note.startswith("auto: r=2 K=8 -> r=4 K=8 (saves ")
     # Each of the 8 workers is shipped the 2 partitions of its new group it lacks.
     assert "re-assigned: 16 partitions (" in note and " MB) shipped in " in note
-    assert all(r.exact and r.wait_seconds > 2.0 for r in records[:5])
-    assert all(r.exact and r.wait_seconds < 1.0 for r in records[5:])
-    # The move is on the clock: between rounds 4 and 5, beyond round 5's own time.
-    gap = records[5].wall_seconds - records[4].wall_seconds - records[5].round_seconds
+    assert all(r.exact and r.wait_seconds > 2.0 for r in records[:2])
+    assert all(r.exact and r.wait_seconds < 1.0 for r in records[2:])
+    # The move is on the clock: between rounds 1 and 2, beyond round 2's own time.
+    gap = records[2].wall_seconds - records[1].wall_seconds - records[2].round_seconds
     assert gap > 0
     # Every round was exact, before the move and after: the same descent as frc's.
     frc = simulate(config.replace(policy=Component("frc", {"s": 3})), cost, engine=engine)
@@ -359,7 +361,7 @@ def test_it_moves_back_to_smaller_groups_in_the_first_decision_after_a_calm_roun
         for t, row in enumerate(jitter)
     ]
     trace.write_text(json.dumps({"delays": rows}))
-    config = _slow_pair_job(tmp_path, sizes="2,4").replace(
+    config = _slow_pair_job(tmp_path, sizes="2,4", first=5).replace(
         rounds=60, stragglers=Component("trace", {"path": str(trace)})
     )
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
