@@ -6,13 +6,15 @@ run for real on the same job (same seed, data, delays model) to the same target 
 Reported: the pick's real time to the target over the best real time (goal <= 1.10),
 uncoded's over the pick's (goal > 1), and ``auto``'s (choosing r and K as it runs,
 moving data between the processes) over the best real time. Wall-clock times on this
-shared 2-core machine; every candidate (and auto) runs ``--repeats`` times and its median
-time counts, since one run is as noisy as the differences between the top candidates.
+shared 2-core machine. One run is as noisy as the differences between the top
+candidates, so every candidate runs once, and then those that could be the best (a first
+run within 1.5x of the fastest), tune's pick and auto run until they have ``--repeats``
+runs; a candidate's median time counts.
 
 The scenarios are bench_tune's six at n = 8, with the phases of rotating and alternating
 every 10 rounds instead of 50 (these jobs are over in 15-40 rounds).
 
-    python -m bench.bench_tune_real                      # six scenarios, ~40 minutes
+    python -m bench.bench_tune_real                      # six scenarios, ~35 minutes
     python -m bench.bench_tune_real --scenario few-slow --repeats 1
 """
 
@@ -72,59 +74,60 @@ def time_to(path: Path, target: float) -> float:
     return float(hit["wall_seconds"]) if hit else math.inf
 
 
-def timed_runs(
-    scenario: str, out: Path, target: float, rounds: int, repeats: int, *flags: str
-) -> tuple[float, Path]:
-    """The median real time to ``target`` of ``repeats`` identical runs (the machine's
-    noise is what differs between them), and the last run's result file."""
-    times = []
-    for rep in range(repeats):
-        path = out.with_suffix(f".{rep}.json")
-        cli(
-            "run", *JOB, *scenario_args(scenario), "-r", str(rounds), *flags,
-            "--target-loss", repr(target), "-o", str(path),
-        )  # fmt: skip
-        times.append(time_to(path, target))
-    return float(np.median(times)), path
+def timed_run(scenario: str, out: Path, target: float, rounds: int, *flags: str) -> float:
+    """One real run of the scenario's job to ``target``: its time to it (inf: missed)."""
+    cli(
+        "run", *JOB, *scenario_args(scenario), "-r", str(rounds), *flags,
+        "--target-loss", repr(target), "-o", str(out),
+    )  # fmt: skip
+    return time_to(out, target)
 
 
 def one(scenario: str, tmp: Path, rounds: int, repeats: int) -> dict[str, Any]:
     src = tmp / f"{scenario}-source.json"
     cli(
-        "run",
-        *JOB,
-        *scenario_args(scenario),
-        "-r",
-        str(rounds),
-        "--policy",
-        "uncoded",
-        "-o",
-        str(src),
-    )
+        "run", *JOB, *scenario_args(scenario), "-r", str(rounds), "--policy", "uncoded",
+        "-o", str(src),
+    )  # fmt: skip
     tuned = json.loads(cli("tune", str(src), "--json", "--repeats", "3").stdout)
     target = float(tuned["target_loss"])
-    real: dict[str, float] = {}
-    for cand in tuned["candidates"]:
-        policy = cand["policy"]
-        params = [f"--param={k}={v}" for k, v in policy.items() if k != "name"]
-        label = cand["label"]
-        real[label], _ = timed_runs(
-            scenario, tmp / f"{scenario}-{label.replace(' ', '_')}", target, 2 * rounds, repeats,
-            "--policy", policy["name"], *params,
-        )  # fmt: skip
+    flags = {
+        c["label"]: ["--policy", c["policy"]["name"]]
+        + [f"--param={k}={v}" for k, v in c["policy"].items() if k != "name"]
+        for c in tuned["candidates"]
+    }
+    flags["auto"] = ["--policy", "auto"]  # it starts at r = 2 and chooses r and K as it runs
+    predicted = {c["label"]: c["predicted_seconds"] for c in tuned["candidates"]}
+    pick = tuned["candidates"][0]["label"]
+    times: dict[str, list[float]] = {label: [] for label in flags}
+
+    def run(label: str) -> None:
+        out = tmp / f"{scenario}-{label.replace(' ', '_')}.{len(times[label])}.json"
+        times[label].append(timed_run(scenario, out, target, 2 * rounds, *flags[label]))
+        said = f"predicted {predicted[label]} s, " if label in predicted else ""
         print(
-            f"  {scenario} {label}: predicted {cand['predicted_seconds']}, "
-            f"real {real[label]:.2f} s",
+            f"  {scenario} {label}: {said}real {times[label][-1]:.2f} s",
             file=sys.stderr,
             flush=True,
         )
-    # auto on the same job: it starts at r = 2 and chooses r and K as it runs.
-    auto, out = timed_runs(
-        scenario, tmp / f"{scenario}-auto", target, 2 * rounds, repeats, "--policy", "auto"
-    )
-    notes = [r["note"] for r in json.loads(out.read_text())["rounds"] if r.get("note")]
-    print(f"  {scenario} auto: real {auto:.2f} s; {notes}", file=sys.stderr, flush=True)
-    pick = tuned["candidates"][0]["label"]
+
+    # Every candidate once; then those that could be the best (within 1.5x of the fastest
+    # first run), the pick and auto, until each has ``repeats`` runs: their medians count.
+    for label in flags:
+        run(label)
+    fastest = min(t[0] for label, t in times.items() if label != "auto")
+    for label in flags:
+        if label in (pick, "auto") or times[label][0] <= 1.5 * fastest:
+            while len(times[label]) < repeats:
+                run(label)
+    real = {label: float(np.median(t)) for label, t in times.items()}
+    notes = [
+        r["note"]
+        for r in json.loads((tmp / f"{scenario}-auto.0.json").read_text())["rounds"]
+        if r.get("note")
+    ]
+    print(f"  {scenario} auto (first run): {notes}", file=sys.stderr, flush=True)
+    auto = real.pop("auto")
     best = min(real, key=lambda k: real[k])
     return {
         "scenario": scenario,
@@ -135,6 +138,7 @@ def one(scenario: str, tmp: Path, rounds: int, repeats: int) -> dict[str, Any]:
         "uncoded_real": real["uncoded"],
         "auto_real": auto,
         "target": target,
+        "runs": {label: t for label, t in times.items()},
     }
 
 
@@ -147,7 +151,7 @@ def main() -> None:
     p.add_argument("--scenario", action="append", choices=list(SCENARIOS))
     p.add_argument("--rounds", type=int, default=40, help="the source run's rounds")
     p.add_argument(
-        "--repeats", type=int, default=3, help="real runs of every candidate (median time)"
+        "--repeats", type=int, default=3, help="real runs of the contenders (median time)"
     )
     args = p.parse_args()
     print(

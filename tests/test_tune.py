@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -360,3 +361,33 @@ def test_tune_wants_both_link_flags_or_neither(tmp_path: Path) -> None:
     done = _cli("tune", "x.json", "--link-latency", "0.001", cwd=tmp_path)
     assert done.returncode == 2 and "--link-bandwidth" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_dip_below_the_target_is_not_reaching_it_only_a_stay_is() -> None:
+    # An approximate rule near its noise floor: its loss touches the target at round 2
+    # and goes back above; from round 4 on it stays there. The search counts round 4
+    # (the run stops once the stay is HOLD rounds long), not the dip.
+    from codedgd.services.tuning.search import HOLD, _Held, _Reach
+
+    losses = [0.9, 0.6, 0.49, 0.52, 0.5, 0.48, 0.49, 0.47, 0.5, 0.46, 0.45]
+    reach = _Reach(target=0.5)
+    stopped_at = None
+    for t, loss in enumerate(losses):
+        record = RoundRecord(
+            round=t, wall_seconds=t + 1.0, round_seconds=1.0, wait_seconds=1.0,
+            decode_seconds=0.0, compute_seconds_max=0.0, loss=loss, metric=0.5,
+            metric_name="auc", workers_used=(), exact=False, decode_residual=0.0, bytes_up=0,
+            bytes_down=0, uploads=0, computations=0, cancelled=0, late_dropped=0,
+        )  # fmt: skip
+        try:
+            reach(record)
+        except _Held:
+            stopped_at = t
+            break
+    assert reach.hit is not None and reach.hit.round == 4
+    assert stopped_at == 4 + HOLD - 1
+    # A run whose rounds end while it is still there counts as there; a NaN loss is not.
+    short = _Reach(target=0.5)
+    for t, loss in enumerate([0.6, 0.4, math.nan, 0.45]):
+        short(dataclasses.replace(record, round=t, loss=loss))
+    assert short.hit is not None and short.hit.round == 3
