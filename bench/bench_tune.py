@@ -98,6 +98,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         repeats=args.repeats,
         delays=truth,
         cost=cost,
+        hold=1,  # the truth: where a job given the target stops (tune asks its pick to hold)
     )
     true_time = {o.label: o.predicted for o in exhaustive}
     pick = picked[0].label

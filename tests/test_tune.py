@@ -391,3 +391,9 @@ def test_a_dip_below_the_target_is_not_reaching_it_only_a_stay_is() -> None:
     for t, loss in enumerate([0.6, 0.4, math.nan, 0.45]):
         short(dataclasses.replace(record, round=t, loss=loss))
     assert short.hit is not None and short.hit.round == 3
+    # hold=1 is the first touch (where a job given the target stops): the dip counts.
+    touch = _Reach(target=0.5, hold=1)
+    with pytest.raises(_Held):
+        for t, loss in enumerate(losses):
+            touch(dataclasses.replace(record, round=t, loss=loss))
+    assert touch.hit is not None and touch.hit.round == 2

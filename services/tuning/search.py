@@ -59,15 +59,16 @@ HOLD = 5
 
 
 class _Held(Exception):
-    """A candidate's loss has stayed at or below the target for HOLD rounds."""
+    """A candidate's loss has stayed at or below the target for long enough."""
 
 
 class _Reach:
     """Watches a run's records: the first round of the latest stretch at or below the
-    target (None while above it); stops the run once that stretch is HOLD rounds long."""
+    target (None while above it); stops the run once that stretch is ``hold`` rounds long."""
 
-    def __init__(self, target: float) -> None:
+    def __init__(self, target: float, hold: int = HOLD) -> None:
         self.target = target
+        self.hold = hold
         self.records: list[RoundRecord] = []
         self.hit: RoundRecord | None = None
 
@@ -78,7 +79,7 @@ class _Reach:
             return
         if self.hit is None:
             self.hit = record
-        if record.round - self.hit.round + 1 >= HOLD:
+        if record.round - self.hit.round + 1 >= self.hold:
             raise _Held
 
 
@@ -250,13 +251,16 @@ def search(
     delays: Callable[[int], StragglerModel] | None = None,
     cost: CostModel | None = None,
     link: Link | None = None,
+    hold: int = HOLD,
 ) -> list[Outcome]:
     """Simulate every candidate ``repeats`` times; the outcomes, best first.
 
     ``delays(repeat)`` and ``cost`` replace the replayed delays and the fitted cost model
     (an exhaustive search under known delays, as bench/bench_tune.py runs it). With a
     ``link``, the worker-to-worker topologies are searched too (all of them when
-    ``policies`` is the default), over that link.
+    ``policies`` is the default), over that link. A run reaches the target where its loss
+    stays at or below it for ``hold`` rounds (1: the first touch, where a job given the
+    target stops: the truth an exhaustive search measures).
     """
     if link is not None and tuple(policies) == SEARCHED:
         policies = SEARCHED + TOPOLOGIES
@@ -267,8 +271,8 @@ def search(
             "delays do not measure those links: state them (tune --link-latency SECONDS "
             "--link-bandwidth BYTES_PER_S) to search the topologies"
         )
-    if repeats < 1 or rounds < 1:
-        raise ConfigError("tune needs --repeats >= 1 and --rounds >= 1")
+    if repeats < 1 or rounds < 1 or hold < 1:
+        raise ConfigError("tune needs --repeats >= 1 and --rounds >= 1 (and hold >= 1)")
     n = source.workers
     if obs.n_workers != n:
         raise ConfigError(
@@ -313,7 +317,7 @@ def search(
             on = over_link if prepared.plan.topology.kind != "star" else cost
             sim = make_simulator(config, on, prepared=prepared, per_worker=False)
             sim.straggler = delays(rep) if delays else ResampledDelay(obs, tail, seed=rep)
-            reach = _Reach(target_loss)
+            reach = _Reach(target_loss, hold)
             try:
                 sim.run(on_record=reach)
             except _Held:
