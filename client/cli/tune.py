@@ -20,7 +20,7 @@ from codedgd.services.errors import ConfigError
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``tune`` to a subparsers object."""
-    from codedgd.services.tuning.search import SEARCHED, TOPOLOGIES
+    from codedgd.services.tuning.search import HOLD, SEARCHED, TOPOLOGIES
 
     p: argparse.ArgumentParser = subparsers.add_parser(
         "tune",
@@ -33,8 +33,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "values; Kolmogorov-Smirnov distance to the data) and each worker's speed, then "
             "simulate every candidate policy and parameter valid for the job's n on the same "
             "data, model and seed, replaying resampled rounds of the recorded delays, and "
-            "print the candidates ranked by predicted time to the target loss (median and "
-            "range over --repeats replays), with their compute, upload and data "
+            "print the candidates ranked by predicted time to the target loss (where the "
+            f"loss gets there and stays there for {HOLD} rounds; median and range over "
+            "--repeats replays), with their compute, upload and data "
             "replication. With --link-latency and --link-bandwidth (the links between "
             "workers, which a run's delays do not measure) the worker-to-worker topologies "
             "(ring-allreduce, tree, codedreduce) are searched too. "
@@ -152,6 +153,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         observe_trace,
         search,
     )
+    from codedgd.services.tuning.search import HOLD
 
     if args.repeats < 1 or (args.rounds is not None and args.rounds < 1) or args.top < 1:
         raise ConfigError("--repeats, --rounds and --top must be >= 1")
@@ -246,7 +248,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     winner = outcomes[0] if outcomes and outcomes[0].reached else None
     if winner is None:
         print(
-            f"codedgd tune: no candidate reached loss {target:.6g} within {rounds} rounds: "
+            f"codedgd tune: no candidate reached loss {target:.6g} (and stayed there for "
+            f"{HOLD} rounds) within {rounds} rounds: "
             "raise --rounds or the --target-loss",
             file=sys.stderr,
         )
