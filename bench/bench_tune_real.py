@@ -138,7 +138,6 @@ def one(scenario: str, tmp: Path, rounds: int, repeats: int) -> dict[str, Any]:
         "uncoded_real": real["uncoded"],
         "auto_real": auto,
         "target": target,
-        "runs": {label: t for label, t in times.items()},
     }
 
 
