@@ -178,6 +178,20 @@ class CoordinatorMetrics:
             "group size): first message sent to the last worker's acknowledgement.",
             registry=r,
         )
+        self.deliberation_duration = Histogram(
+            "codedgd_deliberation_duration_seconds",
+            "Wall time of a policy's deliberation (auto's look-ahead), run in a thread "
+            "beside the rounds: how late its choice comes.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=r,
+        )
+        self.deliberation_lag_rounds = Histogram(
+            "codedgd_deliberation_lag_rounds",
+            "Rounds between the round a deliberation started from and the first round "
+            "its choice applies to.",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200),
+            registry=r,
+        )
         self.job_info = Info(
             "codedgd_job",
             "The running job's policy, model, dataset and number of workers.",

@@ -116,6 +116,7 @@ class RoundLoop:
         self._late_counted = 0  # inbox.late already in a round's record
         # A policy's deliberation (auto's look-ahead), running in a thread while rounds go on.
         self._deliberating: asyncio.Future[object] | None = None
+        self._deliberation_timing = (0, 0.0, 0.0)  # (round begun before, seconds, CPU)
 
     async def run(
         self,
@@ -241,13 +242,33 @@ class RoundLoop:
                 return
             self._deliberating = None
             policy.settle(running.result())  # a look-ahead's own failure fails the job
+            begun, took, cpu = self._deliberation_timing
+            self.metrics.deliberation_duration.observe(took)
+            self.metrics.deliberation_lag_rounds.observe(t - begun)
+            log.debug(
+                "job %s: the look-ahead begun before round %d took %.3g s (%.3g s of CPU); "
+                "its choice applies from round %d",
+                self.job_id,
+                begun,
+                took,
+                cpu,
+                t,
+            )
         job = policy.deliberation(t, point)
         if job is not None:
-            running = asyncio.ensure_future(asyncio.to_thread(job))
+            running = asyncio.ensure_future(asyncio.to_thread(self._timed, t, job))
             # Retrieved here so one still running when the job ends is not logged as lost;
             # settle() above still raises what it raised.
             running.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._deliberating = running
+
+    def _timed(self, t: int, job: Callable[[], object]) -> object:
+        """Run a deliberation (in its thread), keeping when it began and how long it took."""
+        start, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return job()
+        finally:
+            self._deliberation_timing = (t, time.perf_counter() - start, time.thread_time() - cpu)
 
     async def _move(self, t: int, plan: Plan, prepared: Prepared) -> tuple[str, float]:
         """Re-assign the places to ``plan`` before round t: (the note's words, seconds)."""

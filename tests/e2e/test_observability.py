@@ -339,3 +339,33 @@ async def test_reflection_lists_the_services_without_a_token() -> None:
         methods
     )
     assert code == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_how_late_auto_s_look_ahead_comes_is_measured(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses, tmp_path: Path
+) -> None:
+    # auto's look-ahead runs in a thread beside the rounds, and its choice applies from
+    # the first round after it is done: an operator sees how long it took and how many
+    # rounds late its choice came, in the metrics.
+    worker_processes.start(coordinator.port, 4)
+    trace = tmp_path / "delays.json"
+    trace.write_text(json.dumps({"delays": [[0.03, 0.0, 0.0, 0.02]] * 40}))
+    config = JobConfig(
+        workers=4,
+        rounds=40,
+        seed=1,
+        data=SMALL,
+        policy=Component("auto", {"window": 5}),
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+    async with Client(f"127.0.0.1:{coordinator.port}") as client:
+        job_id = await client.submit(config)
+        records = [r async for r in client.watch(job_id)]
+    assert len(records) == 40
+    registry = coordinator.service.metrics.registry
+    decided = registry.get_sample_value("codedgd_deliberation_duration_seconds_count")
+    assert decided is not None and decided >= 2  # round 2's, and later ones
+    assert registry.get_sample_value("codedgd_deliberation_duration_seconds_sum") > 0
+    assert registry.get_sample_value("codedgd_deliberation_lag_rounds_count") == decided
+    # A look-ahead begun before round t applies from round t + 1 at the earliest.
+    assert registry.get_sample_value("codedgd_deliberation_lag_rounds_sum") >= decided
