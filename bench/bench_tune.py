@@ -78,7 +78,13 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     obs = observe(recorded, n)
     fit = fit_delays(obs)
     picked = search(
-        source, obs, fit.best, target_loss=target, rounds=args.rounds, repeats=args.repeats
+        source,
+        obs,
+        fit.best,
+        target_loss=target,
+        rounds=args.rounds,
+        repeats=args.repeats,
+        jobs=args.jobs,  # as `codedgd tune` searches: on every CPU it may use
     )
     tune_seconds = time.perf_counter() - started
 
@@ -141,6 +147,12 @@ def main() -> None:
     p.add_argument("--source-rounds", type=int, default=100)
     p.add_argument("--rounds", type=int, default=250, help="most rounds a candidate may take")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="processes tune's search runs in (default 0: as `codedgd tune`, one per CPU)",
+    )
     p.add_argument("--json", help="also write the rows to this file")
     args = p.parse_args()
     rows = []

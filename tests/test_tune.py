@@ -397,3 +397,37 @@ def test_a_dip_below_the_target_is_not_reaching_it_only_a_stay_is() -> None:
         for t, loss in enumerate(losses):
             touch(dataclasses.replace(record, round=t, loss=loss))
     assert touch.hit is not None and touch.hit.round == 2
+
+
+def test_a_search_in_several_processes_finds_what_one_process_finds() -> None:
+    # Same simulations, so the same outcomes in the same order (a fixed decode time: a
+    # timed one is the machine's and varies), with the progress told once per replay.
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+    cost = CostModel(seconds_per_sample=1e-5, seconds_per_partition=0.0, decode_seconds=1e-4)
+    target = simulate(source.replace(policy=Component("frc", {"s": 1})), cost).records[-1].loss
+    steps: list[list[str]] = []
+    found = []
+    for jobs in (1, 2):
+        steps.append([])
+        found.append(
+            search(
+                source, obs, tail, target_loss=target, rounds=40, repeats=2, cost=cost,
+                policies=["uncoded", "frc", "erasurehead"], jobs=jobs, on_step=steps[-1].append,
+            )
+        )  # fmt: skip
+    one, two = found
+    assert [o.to_dict() for o in two] == [o.to_dict() for o in one]
+    assert len(one) >= 5 and any(o.reached for o in one) and not any(o.error for o in one)
+    assert sorted(steps[1]) == sorted(steps[0]) and len(steps[0]) == 2 * len(one)
+
+
+def test_tune_refuses_a_negative_number_of_processes(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "codedgd.client.cli", "tune", "x.json", "--jobs", "-1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "--jobs must be >= 0" in done.stderr
+    assert "Traceback" not in done.stderr

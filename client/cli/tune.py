@@ -103,6 +103,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="seeded replays per candidate, for the interval (default 3)",
     )
     p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=0,
+        help="candidates simulated at once, each in a process of its own (default 0: as "
+        "many as the CPUs this process may use; 1: one after another, in this process)",
+    )
+    p.add_argument(
         "--policy",
         action="append",
         choices=SEARCHED + TOPOLOGIES,
@@ -157,6 +165,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.repeats < 1 or (args.rounds is not None and args.rounds < 1) or args.top < 1:
         raise ConfigError("--repeats, --rounds and --top must be >= 1")
+    if args.jobs < 0:
+        raise ConfigError("--jobs must be >= 0 (0: one process per CPU)")
     if (args.results is None) == (args.probe is None):
         raise ConfigError("give a result file, or --probe JOB.toml (not both)")
     if (args.link_latency is None) != (args.link_bandwidth is None):
@@ -229,6 +239,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             on_step=bar,
             link=link,
+            jobs=args.jobs,
         )
     finally:
         bar.close()
