@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codedgd.services.errors import ConfigError
+from codedgd.services.errors import ConfigError, JobFailed
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import prepare
 from codedgd.services.records import RoundRecord
@@ -431,3 +433,18 @@ def test_tune_refuses_a_negative_number_of_processes(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and "--jobs must be >= 0" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_search_process_that_dies_fails_the_search_saying_what_to_do() -> None:
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+
+    def kill_the_processes(step: str) -> None:  # (once the first candidate is done)
+        for child in multiprocessing.active_children():
+            os.kill(child.pid, signal.SIGKILL)
+
+    with pytest.raises(JobFailed, match=r"search in fewer \(--jobs\) or in this process"):
+        search(
+            source, obs, tail, target_loss=-1.0, rounds=40, repeats=1, jobs=2,
+            policies=["uncoded", "frc", "erasurehead"], on_step=kill_the_processes,
+        )  # fmt: skip

@@ -36,6 +36,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,9 +270,9 @@ def search(
     target stops: the truth an exhaustive search measures). With ``jobs`` > 1 (0: one
     per CPU this process may use) the candidates run in that many spawned processes at
     once (not with ``delays``, a callable that need not cross to them): the same
-    simulations, so the same outcomes,
-    except through a decode time timed on the machine (a ``cost`` without
-    ``decode_seconds``), which the neighbouring processes slow as any load would.
+    simulations, so the same outcomes, except through a decode time timed on the machine
+    (a ``cost`` without ``decode_seconds``), which the neighbouring processes slow as any
+    load would.
     """
     if link is not None and tuple(policies) == SEARCHED:
         policies = SEARCHED + TOPOLOGIES
@@ -430,7 +431,14 @@ def _in_processes(
             futures = {pool.submit(trial.run, config): i for i, config in enumerate(configs)}
         done: dict[int, Outcome] = {}
         for future in as_completed(futures):
-            outcome = future.result()
+            try:
+                outcome = future.result()
+            except BrokenProcessPool as exc:
+                raise JobFailed(
+                    f"a search process ended before its candidate was done ({exc}): out of "
+                    f"memory, or killed? Each of the {processes} holds the job's data; "
+                    "search in fewer (--jobs) or in this process (--jobs 1)"
+                ) from exc
             done[futures[future]] = outcome
             if on_step is not None:
                 for rep in range(trial.repeats):
