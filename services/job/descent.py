@@ -72,8 +72,9 @@ class Descent:
                 )
         return self.start_loss
 
-    def evaluate(self, t: int) -> tuple[float, float]:
-        """The training objective and held-out metric at θ after round t (blocking).
+    def evaluate(self, t: int, *, metric: bool = True) -> tuple[float, float]:
+        """The training objective and held-out metric at θ after round t (blocking; the
+        metric NaN without ``metric``).
 
         A loss that is no longer finite, or that grew to GROWTH times the start's, fails
         the job (Diverged, naming the step size).
@@ -85,7 +86,7 @@ class Descent:
         # so, in place of numpy's overflow warnings.
         with np.errstate(over="ignore", invalid="ignore"):
             loss = float(objective(model, theta, ds.X_train, ds.y_train))
-            metric = float(model.metric(theta, ds.X_test, ds.y_test))
+            held_out = float(model.metric(theta, ds.X_test, ds.y_test)) if metric else math.nan
         check_converging(t, loss, prepared.lr, prepared.policy.divergence_hint())
         start = self.evaluate_start()
         if math.isfinite(start) and loss > GROWTH * start and loss > start + 1e-12:
@@ -96,7 +97,7 @@ class Descent:
                 + (f"; {hint}" if (hint := prepared.policy.divergence_hint()) else "")
             )
         self.last_loss = loss
-        return loss, metric
+        return loss, held_out
 
     def finish(self) -> None:
         """At the job's end: a last loss above the start's means the descent diverged."""

@@ -126,6 +126,9 @@ class Simulator:
 
     lazy: list[LazyUploader]  # the workers' lag-wk memory
     newcomers: Newcomers  # lost places and the workers coming to take them
+    # The held-out metric in every evaluated round's record (NaN without: a caller that
+    # reads only the loss, as auto's look-ahead and tune, saves its cost).
+    metric: bool = True
 
     def __init__(
         self,
@@ -289,7 +292,7 @@ class Simulator:
             wall += round_s
             loss = metric = math.nan
             if descent.evaluates(t):
-                loss, metric = descent.evaluate(t)
+                loss, metric = descent.evaluate(t, metric=self.metric)
             record = RoundRecord(
                 round=t,
                 wall_seconds=wall,

@@ -45,11 +45,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from codedgd.services.codes.erasurehead import erasure_probability
 from codedgd.services.data.dataset import take_rows
 from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.job.optimum import minimiser
 from codedgd.services.job.prepare import Prepared
-from codedgd.services.models import objective
+from codedgd.services.models import objective, parameter_count
 from codedgd.services.policies.auto import Choice
 from codedgd.services.policies.base import Plan
 from codedgd.services.policies.registry import create
@@ -68,6 +70,13 @@ from codedgd.services.stragglers.fitted import (
 
 Shipping = Callable[[Plan, Plan], float]
 """Seconds to move a job's workers from the first plan to the second."""
+
+FLOOR_ROUNDS = 20
+"""Rounds an approximate rule is simulated from the optimum to find where it settles."""
+
+STALL = 0.5
+"""An approximate rule that settles this fraction of the target's gap above the optimum,
+or more, is taken not to get to the target."""
 
 
 class Lookahead:
@@ -103,6 +112,10 @@ class Lookahead:
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
+        # (θ* of the sample, its loss, the job's optimal loss), solved at the first
+        # decision with a target; None: no target, or a model the solver cannot take.
+        self._optimum: tuple[np.ndarray, float, float] | None = None
+        self._solved = False
 
     @staticmethod
     def warm() -> None:
@@ -218,13 +231,76 @@ class Lookahead:
         nbytes = [sum(sizes[p] for p in parts) for parts in current.lacking(target)]
         return move_seconds(cost, nbytes)
 
+    def optimum(self) -> tuple[np.ndarray, float, float] | None:
+        """(θ* of the decisions' sample of rows, its optimal loss, the job's optimal loss),
+        solved once by L-BFGS (:func:`~codedgd.services.job.optimum.minimiser`), for jobs
+        with a target loss and a linear model (one parameter per feature: a network's
+        optimum is not one point); otherwise None."""
+        if self._solved:
+            return self._optimum
+        self._solved = True
+        target = self.config.target_loss
+        sample, kept = self._sampled()
+        ds, model = sample.dataset, sample.model
+        features = int(ds.X_train.shape[1])
+        if target is None or not math.isfinite(target):
+            return None
+        if parameter_count(model, features) != features:
+            return None
+        try:
+            theta, at = minimiser(model, ds.X_train, ds.y_train)
+            job = at.loss
+            if kept < 1.0:
+                whole = self.prepared.dataset
+                job = minimiser(model, whole.X_train, whole.y_train)[1].loss
+        except CodedGDError:
+            return None
+        self._optimum = (theta, at.loss, job)
+        return self._optimum
+
+    def floors(
+        self,
+        seed: int,
+        choices: Sequence[Choice],
+        delays: ResampledDelay,
+        cost: CostModel,
+    ) -> dict[Choice, float]:
+        """How far above the optimal loss each approximate choice settles (its noise
+        floor, as a loss of the job), for the choices that drop gradients (K below what
+        covers every group), when :meth:`optimum` is known.
+
+        Each is simulated from θ* for :data:`FLOOR_ROUNDS` rounds with this decision's
+        replayed delays, and its mean loss over the second half, less the optimum, is
+        where it settles. On a sample of the rows, that excess is scaled by the fraction
+        kept: the noise of a rescaled sum of partition gradients, each over fewer rows,
+        grows as 1/rows (so does the loss it holds GD at). Twenty rounds from θ* do not
+        fill the flattest directions, so the floor is, if anything, underestimated."""
+        best = self.optimum()
+        if best is None:
+            return {}
+        theta_star, sample_best, _ = best
+        kept = self._sampled()[1]
+        n = self.config.workers
+        out: dict[Choice, float] = {}
+        for c in choices:
+            if erasure_probability(n, c.r, c.k) <= 0.0:
+                continue  # it always has every group: exact, no floor
+            curve = self._curve(seed, theta_star, c, delays, cost, FLOOR_ROUNDS)
+            settled = [loss for _, loss in curve[FLOOR_ROUNDS // 2 :]]
+            if len(settled) < FLOOR_ROUNDS - FLOOR_ROUNDS // 2 or not all(
+                math.isfinite(v) for v in settled
+            ):
+                out[c] = math.inf  # it diverged from the optimum itself
+            else:
+                out[c] = max(0.0, float(np.mean(settled)) - sample_best) * kept
+        return out
+
     def _curve(
         self,
         seed: int,
         theta: np.ndarray,
         choice: Choice,
-        obs: Observations,
-        tail: DelayFit,
+        delays: ResampledDelay,
         cost: CostModel,
         rounds: int,
         until: float = math.inf,
@@ -259,7 +335,8 @@ class Lookahead:
             sim = Simulator(config, cost, prepared=prepared)
         else:
             sim = VectorizedSimulator(config, cost, prepared=prepared, per_worker=False)
-        sim.straggler = ResampledDelay(obs, tail, seed=seed)
+        sim.straggler = delays.reseeded(seed)
+        sim.metric = False  # (the loss is all a decision reads)
         curve: list[tuple[float, float]] = []
         reached_at: list[int] = []
 
@@ -295,6 +372,7 @@ class Lookahead:
         except CodedGDError as exc:
             return current, f"no refit: {exc}"
         cost = self._cost(records, obs.median_compute())
+        delays = ResampledDelay(obs, tail, seed=0)  # reseeded for each replay
         horizon = self.horizon or len(records)
         sample, kept = self._sampled()
         ds, model = sample.dataset, sample.model
@@ -304,21 +382,31 @@ class Lookahead:
         # is only a bound), and the simulator would take it for a typical worker.
         unheard = [w for w in range(self.config.workers) if self._heard[w] < self.decisions - 5]
         others = [c for c in choices if c != current and not (unheard and c.r < current.r)]
+        # A rule that settles above the target never gets there, however fast its
+        # rounds: early on it looks best (any gradient is good enough), and once its
+        # curve flattens the look-ahead's few rounds cannot tell its noise from progress.
+        settles = self.floors(t * self.replays, [current, *others], delays, cost)
+        best = self.optimum()
+        target = self.config.target_loss
+        gap = target - best[2] if best is not None and target is not None else math.inf
+        stalls = {c: f for c, f in settles.items() if f >= STALL * gap}
+        others = [c for c in others if c not in stalls]
+        stuck = current in stalls  # it must move, to any rule that gets there
         spans: list[float] = []
         goals: list[float] = []
         first: list[tuple[float, float]] = []  # the current rule's curve, first replay
         taken: dict[Choice, list[float]] = {c: [] for c in others}
         for replay in range(self.replays):  # the same replayed delays for every choice
             seed = t * self.replays + replay
-            curve = self._curve(seed, theta, current, obs, tail, cost, horizon)
+            curve = self._curve(seed, theta, current, delays, cost, horizon)
             first = first or curve
             span, goal = _progress(curve, start_loss)
             spans.append(span)
             goals.append(goal)
             for c in others:
-                budget = span / (1.0 - self.margin)
+                budget = math.inf if stuck else span / (1.0 - self.margin)
                 trial = self._curve(
-                    seed, theta, c, obs, tail, cost, 20 * horizon, budget, goal, horizon // 2
+                    seed, theta, c, delays, cost, 20 * horizon, budget, goal, horizon // 2
                 )
                 taken[c].append(_reached(trial, goal))
         self.decisions += 1
@@ -332,7 +420,7 @@ class Lookahead:
             pace_start = float(objective(model, theta, whole.X_train, whole.y_train))
             on_all = self._cost(records, obs.median_compute(), whole=True)
             seed = t * self.replays
-            pace = self._curve(seed, theta, current, obs, tail, on_all, horizon, whole=True)
+            pace = self._curve(seed, theta, current, delays, on_all, horizon, whole=True)
         remaining = self._remaining(t, pace_start, pace) * span / horizon
         tau = {c: float(np.mean(v)) for c, v in taken.items()}
         moves = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}
@@ -352,13 +440,27 @@ class Lookahead:
         )
         if unheard:
             summary += f"; smaller groups not tried: workers {unheard} not heard from lately"
+        if stalls:
+            summary += (
+                f"; settle{'s' if len(stalls) == 1 else ''} above the target (at most "
+                f"{gap:.3g} above the optimum): "
+                + ", ".join(f"{c} at {f:.3g}" for c, f in sorted(stalls.items()))
+            )
         fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
+        if stuck and others:  # whichever gets there soonest, margin or not
+            pick = min(others, key=lambda c: (tau[c] + moves[c], c.r, -c.k))
+            if not math.isfinite(tau[pick]):  # none within the rounds tried: exact, here
+                pick = max(others, key=lambda c: (c.r == current.r, c.k, -c.r))
+            return pick, f"{current} settles above the target: {summary}"
         if current not in choices:  # the warm-up rule is not a choice: take the best one
-            best = min(choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k))
-            return best, summary
+            pick = min(
+                [c for c in choices if c not in stalls] or choices,
+                key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k),
+            )
+            return pick, summary
         if fast:
-            best = max(fast, key=lambda c: (saved[c], -c.r, c.k))
-            return best, f"saves {saved[best]:.3g} s: {summary}"
+            pick = max(fast, key=lambda c: (saved[c], -c.r, c.k))
+            return pick, f"saves {saved[pick]:.3g} s: {summary}"
         return current, f"kept; {summary}"
 
 

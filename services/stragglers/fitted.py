@@ -28,6 +28,7 @@ beyond its bound.
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -355,6 +356,14 @@ class ResampledDelay:
         self.persistent = obs.persistent_excess()
         self.seed = int(seed)
         self._rows: dict[int, np.ndarray] = {}
+
+    def reseeded(self, seed: int) -> ResampledDelay:
+        """The same replay under another seed, sharing what was computed from the
+        observations (a look-ahead replays them hundreds of times a decision)."""
+        out = copy.copy(self)
+        out.seed = int(seed)
+        out._rows = {}
+        return out
 
     def _row(self, round: int) -> np.ndarray:
         row = self._rows.get(round)

@@ -366,6 +366,7 @@ class _Trial:
                 on_step(f"{outcome.label} #{rep + 1}")
             sim = make_simulator(config, on, prepared=prepared, per_worker=False)
             sim.straggler = delays(rep) if delays else ResampledDelay(self.obs, self.tail, seed=rep)
+            sim.metric = False  # (the loss is all a prediction reads)
             reach = _Reach(self.target_loss, self.hold)
             try:
                 sim.run(on_record=reach)
