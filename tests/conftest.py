@@ -20,6 +20,19 @@ from codedgd.services.security import TOKEN_ENV, Security
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Solved optima (auto's look-ahead and `report --target-gap` cache them) go to the
+    session's own directory, not the user's ~/.cache (a test may set its own)."""
+    before = os.environ.get("CODEDGD_CACHE_DIR")
+    os.environ["CODEDGD_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if before is None:
+        os.environ.pop("CODEDGD_CACHE_DIR", None)
+    else:
+        os.environ["CODEDGD_CACHE_DIR"] = before
+
+
 def require_torch() -> object:
     """torch, for the tests of the neural-network models. The base install is torch-free
     and its suite passes without it (these tests are skipped); CI installs the extra and

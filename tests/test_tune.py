@@ -271,6 +271,11 @@ def test_speed_aware_candidates_only_for_a_pool_of_unequal_speeds() -> None:
     mixed = [c for c in candidates(8, speeds=[1, 1, 1, 1, 2, 2, 2, 2]) if c.name == "hetero"]
     assert [c.options["s"] for c in mixed] == [0, 1]
     assert mixed[0].options["speeds"] == "0.5,0.5,0.5,0.5,1,1,1,1"
+    assert label(mixed[0]) == "hetero s=0 speeds=0.5,0.5,0.5,0.5,1,1,1,1"
+    # At n = 64 the table shows the speeds by their count and range; the job keeps them.
+    wide = [c for c in candidates(64, speeds=[1.0] * 32 + [2.0] * 32) if c.name == "hetero"]
+    assert label(wide[1]) == "hetero s=1 speeds=[64: 0.5-1]"
+    assert wide[1].options["speeds"].count(",") == 63
 
 
 def test_chance_differences_between_workers_are_not_taken_for_slow_machines() -> None:

@@ -26,6 +26,13 @@ not flap it) and saves more than the move costs. The cost of a move: on the coor
 measured (seconds per row shipped at the job's start, then at each move); in the
 simulator, its cost model's links (:func:`~codedgd.services.sim.cost.move_seconds`).
 
+**A target it never gets to** rules a choice out: with a target loss and a linear model,
+every approximate choice is simulated for :data:`FLOOR_ROUNDS` rounds from the optimum
+θ* (:meth:`Lookahead.floors`), and one that settles :data:`STALL` of the target's gap
+above the optimum or more is not chosen, however fast its rounds (early in a job the
+few rounds looked ahead favour the fastest, noisiest rule, and near its floor they cannot
+tell noise from progress). A rule in use that settles there moves, without the margin.
+
 The coordinator attaches one to an ``auto`` job with a cost model fitted from the live
 rounds (compute per row from the reported compute seconds, links free: the recorded
 delays hold them); the simulator attaches one with its own cost model. A decision
@@ -49,7 +56,7 @@ from codedgd.services.codes.erasurehead import erasure_probability
 from codedgd.services.data.dataset import take_rows
 from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.job.optimum import minimiser
+from codedgd.services.job.optimum import minimiser, optimum, problem_key
 from codedgd.services.job.prepare import Prepared
 from codedgd.services.models import objective, parameter_count
 from codedgd.services.policies.auto import Choice
@@ -74,9 +81,10 @@ Shipping = Callable[[Plan, Plan], float]
 FLOOR_ROUNDS = 20
 """Rounds an approximate rule is simulated from the optimum to find where it settles."""
 
-STALL = 0.5
+STALL = 1.0
 """An approximate rule that settles this fraction of the target's gap above the optimum,
-or more, is taken not to get to the target."""
+or more, is taken not to get to the target (at 1: its loss settles above the target,
+which it reaches only by a lucky dip)."""
 
 
 class Lookahead:
@@ -115,13 +123,14 @@ class Lookahead:
         # (θ* of the sample, its loss, the job's optimal loss), solved at the first
         # decision with a target; None: no target, or a model the solver cannot take.
         self._optimum: tuple[np.ndarray, float, float] | None = None
-        self._solved = False
+        self._tried = False
 
-    @staticmethod
-    def warm() -> None:
-        """Import what a decision needs (scipy.stats: a second or more, once per process),
-        so the first decision is not that much later than the rounds it starts from."""
+    def warm(self) -> None:
+        """Import what a decision needs (scipy.stats: a second or more, once per process)
+        and solve the job's optimum (:meth:`solved`: about a second on 40,000 rows), so
+        the first decision is not that much later than the rounds it starts from."""
         importlib.import_module("scipy.stats")
+        self.solved()
 
     def _sampled(self) -> tuple[Prepared, float]:
         """(the job with at most ``rows`` training rows, the fraction of rows it keeps).
@@ -231,14 +240,14 @@ class Lookahead:
         nbytes = [sum(sizes[p] for p in parts) for parts in current.lacking(target)]
         return move_seconds(cost, nbytes)
 
-    def optimum(self) -> tuple[np.ndarray, float, float] | None:
+    def solved(self) -> tuple[np.ndarray, float, float] | None:
         """(θ* of the decisions' sample of rows, its optimal loss, the job's optimal loss),
         solved once by L-BFGS (:func:`~codedgd.services.job.optimum.minimiser`), for jobs
         with a target loss and a linear model (one parameter per feature: a network's
         optimum is not one point); otherwise None."""
-        if self._solved:
+        if self._tried:
             return self._optimum
-        self._solved = True
+        self._tried = True
         target = self.config.target_loss
         sample, kept = self._sampled()
         ds, model = sample.dataset, sample.model
@@ -250,9 +259,10 @@ class Lookahead:
         try:
             theta, at = minimiser(model, ds.X_train, ds.y_train)
             job = at.loss
-            if kept < 1.0:
-                whole = self.prepared.dataset
-                job = minimiser(model, whole.X_train, whole.y_train)[1].loss
+            if kept < 1.0:  # (cached per problem, as `codedgd report` finds it)
+                whole, cfg = self.prepared.dataset, self.config
+                key = problem_key(cfg.data.to_dict(), cfg.model.to_dict(), cfg.seed)
+                job = optimum(model, whole.X_train, whole.y_train, key=key).loss
         except CodedGDError:
             return None
         self._optimum = (theta, at.loss, job)
@@ -267,7 +277,7 @@ class Lookahead:
     ) -> dict[Choice, float]:
         """How far above the optimal loss each approximate choice settles (its noise
         floor, as a loss of the job), for the choices that drop gradients (K below what
-        covers every group), when :meth:`optimum` is known.
+        covers every group), when :meth:`solved` is known.
 
         Each is simulated from θ* for :data:`FLOOR_ROUNDS` rounds with this decision's
         replayed delays, and its mean loss over the second half, less the optimum, is
@@ -275,7 +285,7 @@ class Lookahead:
         kept: the noise of a rescaled sum of partition gradients, each over fewer rows,
         grows as 1/rows (so does the loss it holds GD at). Twenty rounds from θ* do not
         fill the flattest directions, so the floor is, if anything, underestimated."""
-        best = self.optimum()
+        best = self.solved()
         if best is None:
             return {}
         theta_star, sample_best, _ = best
@@ -386,7 +396,7 @@ class Lookahead:
         # rounds: early on it looks best (any gradient is good enough), and once its
         # curve flattens the look-ahead's few rounds cannot tell its noise from progress.
         settles = self.floors(t * self.replays, [current, *others], delays, cost)
-        best = self.optimum()
+        best = self.solved()
         target = self.config.target_loss
         gap = target - best[2] if best is not None and target is not None else math.inf
         stalls = {c: f for c, f in settles.items() if f >= STALL * gap}

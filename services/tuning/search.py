@@ -181,9 +181,25 @@ class Link:
             )
 
 
+LISTED = 8
+"""Values of a list option a label shows one by one; a longer list (hetero's speeds at
+n = 64) is shown by its count and range (the job file written has every value)."""
+
+
 def label(c: Component) -> str:
-    """``frc s=1``, ``erasurehead r=2 K=4``."""
-    return " ".join([c.name, *(f"{k}={v}" for k, v in c.options.items())])
+    """``frc s=1``, ``erasurehead r=2 K=4``, ``hetero s=1 speeds=[64: 0.5-1]``."""
+    return " ".join([c.name, *(f"{k}={_shown(v)}" for k, v in c.options.items())])
+
+
+def _shown(value: object) -> str:
+    items = str(value).split(",")
+    if len(items) <= LISTED:
+        return str(value)
+    try:
+        numbers = [float(v) for v in items]
+    except ValueError:
+        return f"[{len(items)}: {items[0]},…,{items[-1]}]"
+    return f"[{len(items)}: {min(numbers):g}-{max(numbers):g}]"
 
 
 @dataclass
