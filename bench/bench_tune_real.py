@@ -19,6 +19,7 @@ rounds as the issue states them. The job is long enough to hold them: step size 
 
     python -m bench.bench_tune_real                      # six scenarios, about an hour
     python -m bench.bench_tune_real --scenario few-slow --repeats 1
+    python -m bench.bench_tune_real --only auto             # auto alone: its times
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def timed_run(scenario: str, out: Path, target: float, rounds: int, *flags: str)
     return time_to(out, target)
 
 
-def one(scenario: str, tmp: Path, rounds: int, repeats: int, within: float) -> dict[str, Any]:
+def one(
+    scenario: str, tmp: Path, rounds: int, repeats: int, within: float, only: list[str]
+) -> dict[str, Any]:
     src = tmp / f"{scenario}-source.json"
     cli(
         "run", *JOB, *scenario_args(scenario), "-r", str(rounds), "--policy", "uncoded",
@@ -103,6 +106,16 @@ def one(scenario: str, tmp: Path, rounds: int, repeats: int, within: float) -> d
     flags["auto"] = ["--policy", "auto"]  # it starts at r = 2 and chooses r and K as it runs
     predicted = {c["label"]: c["predicted_seconds"] for c in tuned["candidates"]}
     pick = pick["label"]
+    if only:  # these, ``repeats`` times each, and nothing else
+        times_of: dict[str, list[float]] = {}
+        for label in only:
+            policy = flags.get(label) or ["--policy", label]
+            times_of[label] = []
+            for i in range(repeats):
+                out = tmp / f"{scenario}-{label.replace(' ', '_')}.{i}.json"
+                times_of[label].append(timed_run(scenario, out, target, 2 * rounds, *policy))
+                print(f"  {scenario} {label}: real {times_of[label][-1]:.2f} s", file=sys.stderr)
+        return {"scenario": scenario, "only": times_of}
     times: dict[str, list[float]] = {label: [] for label in flags}
 
     def run(label: str) -> None:
@@ -162,7 +175,23 @@ def main() -> None:
     p.add_argument(
         "--repeats", type=int, default=3, help="real runs of the contenders (median time)"
     )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="run only this candidate ('auto', or a label tune prints), --repeats times, "
+        "after the source run and tune; prints each run's time to the target",
+    )
     args = p.parse_args()
+    if args.only:
+        with tempfile.TemporaryDirectory() as tmp:
+            for scenario in args.scenario or list(SCENARIOS):
+                r = one(scenario, Path(tmp), args.rounds, args.repeats, args.within, args.only)
+                for label, times in r["only"].items():
+                    shown = ", ".join(f"{t:.2f}" for t in times)
+                    print(f"| {scenario} | {label} | {float(np.median(times)):.2f} | {shown} |")
+        return
     print(
         "| scenario (n = 8 processes) | tune's pick | real (s) | best real | best (s) "
         "| pick / best | uncoded / pick | auto (s) | auto / best |"
@@ -170,7 +199,7 @@ def main() -> None:
     print("|---|---|---:|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in args.scenario or list(SCENARIOS):
-            r = one(scenario, Path(tmp), args.rounds, args.repeats, args.within)
+            r = one(scenario, Path(tmp), args.rounds, args.repeats, args.within, [])
             print(
                 f"| {r['scenario']} | {r['pick']} | {r['pick_real']:.2f} | {r['best']} | "
                 f"{r['best_real']:.2f} | {r['pick_real'] / r['best_real']:.2f} | "

@@ -395,13 +395,26 @@ class Lookahead:
         # A rule that settles above the target never gets there, however fast its
         # rounds: early on it looks best (any gradient is good enough), and once its
         # curve flattens the look-ahead's few rounds cannot tell its noise from progress.
-        settles = self.floors(t * self.replays, [current, *others], delays, cost)
+        # Where a rule settles is found when it matters (the rule in use, and a choice
+        # about to be picked): a simulation from the optimum each.
         best = self.solved()
         target = self.config.target_loss
         gap = target - best[2] if best is not None and target is not None else math.inf
-        stalls = {c: f for c, f in settles.items() if f >= STALL * gap}
-        others = [c for c in others if c not in stalls]
-        stuck = current in stalls  # it must move, to any rule that gets there
+        if not gap > 0:  # a target below the optimum: no rule gets there; none is ruled out
+            gap = math.inf
+        floors: dict[Choice, float] = {}
+
+        def settles(c: Choice) -> bool:
+            if not math.isfinite(gap):
+                return False
+            if c not in floors:
+                floors[c] = self.floors(t * self.replays, [c], delays, cost).get(c, 0.0)
+            return floors[c] >= STALL * gap
+
+        def first_that_gets_there(ranked: Sequence[Choice]) -> Choice | None:
+            return next((c for c in ranked if not settles(c)), None)
+
+        stuck = settles(current)  # it must move, to any rule that gets there
         spans: list[float] = []
         goals: list[float] = []
         first: list[tuple[float, float]] = []  # the current rule's curve, first replay
@@ -438,10 +451,29 @@ class Lookahead:
             c: remaining * (1.0 - tau[c] / span) - moves[c] if span > 0 else -math.inf
             for c in others
         }
+        fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
+        pick: Choice | None = None
+        if stuck:  # whichever gets there soonest, margin or not
+            pick = first_that_gets_there(
+                sorted(others, key=lambda c: (tau[c] + moves[c], c.r, -c.k))
+            )
+            if pick is not None and not math.isfinite(tau[pick]):  # none did: exact, here
+                pick = max(others, key=lambda c: (c.r == current.r, c.k, -c.r))
+            why = f"{current} settles above the target: "
+        elif current not in choices:  # the warm-up rule is not a choice: take the best one
+            ranked = sorted(
+                choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k)
+            )
+            pick = first_that_gets_there(ranked) or ranked[0]
+            why = ""
+        else:
+            pick = first_that_gets_there(sorted(fast, key=lambda c: (-saved[c], c.r, -c.k)))
+            why = f"saves {saved[pick]:.3g} s: " if pick is not None else "kept; "
+        stalls = {c: f for c, f in floors.items() if f >= STALL * gap}
         shown = ", ".join(
             f"{c}: {tau[c]:.3g} s" + (f" + move {moves[c]:.3g} s" if moves[c] else "")
             for c in sorted(others)
-            if math.isfinite(tau[c])
+            if math.isfinite(tau[c]) and c not in stalls
         )
         summary = (
             f"{current} needs {span:.3g} s to reach loss {float(np.mean(goals)):.6g}; "
@@ -456,22 +488,7 @@ class Lookahead:
                 f"{gap:.3g} above the optimum): "
                 + ", ".join(f"{c} at {f:.3g}" for c, f in sorted(stalls.items()))
             )
-        fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
-        if stuck and others:  # whichever gets there soonest, margin or not
-            pick = min(others, key=lambda c: (tau[c] + moves[c], c.r, -c.k))
-            if not math.isfinite(tau[pick]):  # none within the rounds tried: exact, here
-                pick = max(others, key=lambda c: (c.r == current.r, c.k, -c.r))
-            return pick, f"{current} settles above the target: {summary}"
-        if current not in choices:  # the warm-up rule is not a choice: take the best one
-            pick = min(
-                [c for c in choices if c not in stalls] or choices,
-                key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k),
-            )
-            return pick, summary
-        if fast:
-            pick = max(fast, key=lambda c: (saved[c], -c.r, c.k))
-            return pick, f"saves {saved[pick]:.3g} s: {summary}"
-        return current, f"kept; {summary}"
+        return (pick or current), why + summary
 
 
 class _Enough(Exception):

@@ -433,11 +433,13 @@ def test_a_rule_that_settles_above_a_tight_target_is_not_chosen_however_fast() -
     loose = _noisy_job()
     run = simulate(loose.replace(policy=Component("frc", {"s": 1}), rounds=10), _COST)
     picks = {}
-    for gap in (None, 1e-2, 1e-5):
+    for gap in (None, 1e-2, -1e-3, 1e-5):
         config = _noisy_job(target_gap=gap)
         look = Lookahead(config, prepare(config, None), _COST)
         picks[gap] = look.choose(10, run.theta, run.records, Choice(2, 8), _NOISY)
-    for loose in (None, 1e-2):  # no target, or one far above where it settles
+    # No target, one far above where it settles, or one below the optimum (no rule gets
+    # there: none is ruled out).
+    for loose in (None, 1e-2, -1e-3):
         assert picks[loose][0] == Choice(1, 2), picks[loose]
         assert "above the target" not in picks[loose][1]
     choice, why = picks[1e-5]
