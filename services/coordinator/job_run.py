@@ -472,10 +472,8 @@ class JobRun:
         if isinstance(prepared.policy, Auto):
             # auto looks ahead on the simulator, with a cost model fitted to the rounds
             # and the cost of moving data measured on this job's own shipping.
-            look = Lookahead(self.config, prepared, shipping=self._shipping)
-            prepared.policy.attach(look)
-            # Its imports and the job's optimum, before the rounds: not in its decisions.
-            await asyncio.to_thread(look.warm)
+            prepared.policy.attach(Lookahead(self.config, prepared, shipping=self._shipping))
+            await asyncio.to_thread(Lookahead.warm)  # its imports: before the rounds, once
         plane = self._plane = data_plane(prepared.plan, self.id, self.places, self.chunk_bytes)
 
         async def move(plan: Plan) -> Moved:

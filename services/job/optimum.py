@@ -72,11 +72,6 @@ def problem_key(data: dict[str, Any], model: dict[str, Any], seed: int) -> str:
 
 def solve(model: Model, X: Matrix, y: np.ndarray) -> Optimum:
     """Minimise F with L-BFGS-B (see the module docstring)."""
-    return minimiser(model, X, y)[1]
-
-
-def minimiser(model: Model, X: Matrix, y: np.ndarray) -> tuple[np.ndarray, Optimum]:
-    """(θ*, F* and how it was found): F minimised with L-BFGS-B from θ = 0."""
     from scipy.optimize import minimize
 
     n = int(X.shape[0])
@@ -99,13 +94,11 @@ def minimiser(model: Model, X: Matrix, y: np.ndarray) -> tuple[np.ndarray, Optim
         method="L-BFGS-B",
         options={"maxiter": 20000, "maxcor": 20, "gtol": tol, "ftol": 1e-15},
     )
-    theta = np.asarray(res.x, dtype=np.float64)
-    value, grad = f_and_grad(theta)
+    value, grad = f_and_grad(np.asarray(res.x))
     gnorm = float(np.linalg.norm(grad))
     if not math.isfinite(value):
         raise ConfigError("the optimal loss came out non-finite: the data or model is broken")
-    found = Optimum(float(value), gnorm, int(res.nit), bool(gnorm <= 1e-6 * max(1.0, value)))
-    return theta, found
+    return Optimum(float(value), gnorm, int(res.nit), bool(gnorm <= 1e-6 * max(1.0, value)))
 
 
 def optimum(

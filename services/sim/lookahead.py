@@ -26,13 +26,6 @@ not flap it) and saves more than the move costs. The cost of a move: on the coor
 measured (seconds per row shipped at the job's start, then at each move); in the
 simulator, its cost model's links (:func:`~codedgd.services.sim.cost.move_seconds`).
 
-**A target it never gets to** rules a choice out: with a target loss and a linear model,
-every approximate choice is simulated for :data:`FLOOR_ROUNDS` rounds from the optimum
-θ* (:meth:`Lookahead.floors`), and one that settles :data:`STALL` of the target's gap
-above the optimum or more is not chosen, however fast its rounds (early in a job the
-few rounds looked ahead favour the fastest, noisiest rule, and near its floor they cannot
-tell noise from progress). A rule in use that settles there moves, without the margin.
-
 The coordinator attaches one to an ``auto`` job with a cost model fitted from the live
 rounds (compute per row from the reported compute seconds, links free: the recorded
 delays hold them); the simulator attaches one with its own cost model. A decision
@@ -52,13 +45,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from codedgd.services.codes.erasurehead import erasure_probability
 from codedgd.services.data.dataset import take_rows
 from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.job.optimum import minimiser, optimum, problem_key
 from codedgd.services.job.prepare import Prepared
-from codedgd.services.models import objective, parameter_count
+from codedgd.services.models import objective
 from codedgd.services.policies.auto import Choice
 from codedgd.services.policies.base import Plan
 from codedgd.services.policies.registry import create
@@ -77,14 +68,6 @@ from codedgd.services.stragglers.fitted import (
 
 Shipping = Callable[[Plan, Plan], float]
 """Seconds to move a job's workers from the first plan to the second."""
-
-FLOOR_ROUNDS = 20
-"""Rounds an approximate rule is simulated from the optimum to find where it settles."""
-
-STALL = 1.0
-"""An approximate rule that settles this fraction of the target's gap above the optimum,
-or more, is taken not to get to the target (at 1: its loss settles above the target,
-which it reaches only by a lucky dip)."""
 
 
 class Lookahead:
@@ -120,17 +103,12 @@ class Lookahead:
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
-        # (θ* of the sample, its loss, the job's optimal loss), solved at the first
-        # decision with a target; None: no target, or a model the solver cannot take.
-        self._optimum: tuple[np.ndarray, float, float] | None = None
-        self._tried = False
 
-    def warm(self) -> None:
-        """Import what a decision needs (scipy.stats: a second or more, once per process)
-        and solve the job's optimum (:meth:`solved`: about a second on 40,000 rows), so
-        the first decision is not that much later than the rounds it starts from."""
+    @staticmethod
+    def warm() -> None:
+        """Import what a decision needs (scipy.stats: a second or more, once per process),
+        so the first decision is not that much later than the rounds it starts from."""
         importlib.import_module("scipy.stats")
-        self.solved()
 
     def _sampled(self) -> tuple[Prepared, float]:
         """(the job with at most ``rows`` training rows, the fraction of rows it keeps).
@@ -240,71 +218,6 @@ class Lookahead:
         nbytes = [sum(sizes[p] for p in parts) for parts in current.lacking(target)]
         return move_seconds(cost, nbytes)
 
-    def solved(self) -> tuple[np.ndarray, float, float] | None:
-        """(θ* of the decisions' sample of rows, its optimal loss, the job's optimal loss),
-        solved once by L-BFGS (:func:`~codedgd.services.job.optimum.minimiser`), for jobs
-        with a target loss and a linear model (one parameter per feature: a network's
-        optimum is not one point); otherwise None."""
-        if self._tried:
-            return self._optimum
-        self._tried = True
-        target = self.config.target_loss
-        sample, kept = self._sampled()
-        ds, model = sample.dataset, sample.model
-        features = int(ds.X_train.shape[1])
-        if target is None or not math.isfinite(target):
-            return None
-        if parameter_count(model, features) != features:
-            return None
-        try:
-            theta, at = minimiser(model, ds.X_train, ds.y_train)
-            job = at.loss
-            if kept < 1.0:  # (cached per problem, as `codedgd report` finds it)
-                whole, cfg = self.prepared.dataset, self.config
-                key = problem_key(cfg.data.to_dict(), cfg.model.to_dict(), cfg.seed)
-                job = optimum(model, whole.X_train, whole.y_train, key=key).loss
-        except CodedGDError:
-            return None
-        self._optimum = (theta, at.loss, job)
-        return self._optimum
-
-    def floors(
-        self,
-        seed: int,
-        choices: Sequence[Choice],
-        delays: ResampledDelay,
-        cost: CostModel,
-    ) -> dict[Choice, float]:
-        """How far above the optimal loss each approximate choice settles (its noise
-        floor, as a loss of the job), for the choices that drop gradients (K below what
-        covers every group), when :meth:`solved` is known.
-
-        Each is simulated from θ* for :data:`FLOOR_ROUNDS` rounds with this decision's
-        replayed delays, and its mean loss over the second half, less the optimum, is
-        where it settles. On a sample of the rows, that excess is scaled by the fraction
-        kept: the noise of a rescaled sum of partition gradients, each over fewer rows,
-        grows as 1/rows (so does the loss it holds GD at). Twenty rounds from θ* do not
-        fill the flattest directions, so the floor is, if anything, underestimated."""
-        best = self.solved()
-        if best is None:
-            return {}
-        theta_star, sample_best, _ = best
-        kept = self._sampled()[1]
-        n = self.config.workers
-        out: dict[Choice, float] = {}
-        for c in choices:
-            if erasure_probability(n, c.r, c.k) <= 0.0:
-                continue  # it always has every group: exact, no floor
-            curve = self._curve(seed, theta_star, c, delays, cost, FLOOR_ROUNDS)
-            settled = [loss for _, loss in curve[FLOOR_ROUNDS // 2 :]]
-            if len(settled) < FLOOR_ROUNDS - FLOOR_ROUNDS // 2 or not all(
-                math.isfinite(v) for v in settled
-            ):
-                out[c] = math.inf  # it diverged from the optimum itself
-            else:
-                out[c] = max(0.0, float(np.mean(settled)) - sample_best) * kept
-        return out
-
     def _curve(
         self,
         seed: int,
@@ -392,29 +305,6 @@ class Lookahead:
         # is only a bound), and the simulator would take it for a typical worker.
         unheard = [w for w in range(self.config.workers) if self._heard[w] < self.decisions - 5]
         others = [c for c in choices if c != current and not (unheard and c.r < current.r)]
-        # A rule that settles above the target never gets there, however fast its
-        # rounds: early on it looks best (any gradient is good enough), and once its
-        # curve flattens the look-ahead's few rounds cannot tell its noise from progress.
-        # Where a rule settles is found when it matters (the rule in use, and a choice
-        # about to be picked): a simulation from the optimum each.
-        best = self.solved()
-        target = self.config.target_loss
-        gap = target - best[2] if best is not None and target is not None else math.inf
-        if not gap > 0:  # a target below the optimum: no rule gets there; none is ruled out
-            gap = math.inf
-        floors: dict[Choice, float] = {}
-
-        def settles(c: Choice) -> bool:
-            if not math.isfinite(gap):
-                return False
-            if c not in floors:
-                floors[c] = self.floors(t * self.replays, [c], delays, cost).get(c, 0.0)
-            return floors[c] >= STALL * gap
-
-        def first_that_gets_there(ranked: Sequence[Choice]) -> Choice | None:
-            return next((c for c in ranked if not settles(c)), None)
-
-        stuck = settles(current)  # it must move, to any rule that gets there
         spans: list[float] = []
         goals: list[float] = []
         first: list[tuple[float, float]] = []  # the current rule's curve, first replay
@@ -427,7 +317,7 @@ class Lookahead:
             spans.append(span)
             goals.append(goal)
             for c in others:
-                budget = math.inf if stuck else span / (1.0 - self.margin)
+                budget = span / (1.0 - self.margin)
                 trial = self._curve(
                     seed, theta, c, delays, cost, 20 * horizon, budget, goal, horizon // 2
                 )
@@ -451,29 +341,10 @@ class Lookahead:
             c: remaining * (1.0 - tau[c] / span) - moves[c] if span > 0 else -math.inf
             for c in others
         }
-        fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
-        pick: Choice | None = None
-        if stuck:  # whichever gets there soonest, margin or not
-            pick = first_that_gets_there(
-                sorted(others, key=lambda c: (tau[c] + moves[c], c.r, -c.k))
-            )
-            if pick is not None and not math.isfinite(tau[pick]):  # none did: exact, here
-                pick = max(others, key=lambda c: (c.r == current.r, c.k, -c.r))
-            why = f"{current} settles above the target: "
-        elif current not in choices:  # the warm-up rule is not a choice: take the best one
-            ranked = sorted(
-                choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k)
-            )
-            pick = first_that_gets_there(ranked) or ranked[0]
-            why = ""
-        else:
-            pick = first_that_gets_there(sorted(fast, key=lambda c: (-saved[c], c.r, -c.k)))
-            why = f"saves {saved[pick]:.3g} s: " if pick is not None else "kept; "
-        stalls = {c: f for c, f in floors.items() if f >= STALL * gap}
         shown = ", ".join(
             f"{c}: {tau[c]:.3g} s" + (f" + move {moves[c]:.3g} s" if moves[c] else "")
             for c in sorted(others)
-            if math.isfinite(tau[c]) and c not in stalls
+            if math.isfinite(tau[c])
         )
         summary = (
             f"{current} needs {span:.3g} s to reach loss {float(np.mean(goals)):.6g}; "
@@ -482,13 +353,14 @@ class Lookahead:
         )
         if unheard:
             summary += f"; smaller groups not tried: workers {unheard} not heard from lately"
-        if stalls:
-            summary += (
-                f"; settle{'s' if len(stalls) == 1 else ''} above the target (at most "
-                f"{gap:.3g} above the optimum): "
-                + ", ".join(f"{c} at {f:.3g}" for c, f in sorted(stalls.items()))
-            )
-        return (pick or current), why + summary
+        fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
+        if current not in choices:  # the warm-up rule is not a choice: take the best one
+            best = min(choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k))
+            return best, summary
+        if fast:
+            best = max(fast, key=lambda c: (saved[c], -c.r, c.k))
+            return best, f"saves {saved[best]:.3g} s: {summary}"
+        return current, f"kept; {summary}"
 
 
 class _Enough(Exception):

@@ -11,14 +11,12 @@ import pytest
 
 from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.job.optimum import minimiser
 from codedgd.services.job.prepare import prepare
 from codedgd.services.policies.auto import Auto, Choice
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.lookahead import Lookahead, _subsample
-from codedgd.services.stragglers.fitted import ResampledDelay, fit_delays, observe
 
 
 class Scripted:
@@ -400,81 +398,3 @@ def test_a_large_job_is_looked_ahead_on_a_sample_of_its_rows_that_decides_alike(
         decisions.append((choice, float(why.split(" needs ")[1].split(" s ")[0])))
     assert decisions[0][0] == decisions[1][0] == Choice(4, 8)
     assert decisions[0][1] == pytest.approx(decisions[1][1], rel=0.05)  # r=2's seconds
-
-
-def _noisy_job(rows: int = 1600, target_gap: float | None = None) -> JobConfig:
-    """Eight workers with i.i.d. delays: stopping at the 2nd arrival makes rounds fast and
-    gradients noisy; ``target_gap``: a target that close to the optimum (relative)."""
-    config = JobConfig(
-        workers=8,
-        rounds=200,
-        seed=3,
-        optimizer={"lr": 0.5},
-        data=Component("synthetic", {"rows": rows, "dim": 20}),
-        policy=Component("auto", {"r": 2}),
-        stragglers=Component("exponential", {"mean": 0.05}),
-    )
-    if target_gap is None:
-        return config
-    prepared = prepare(config, None)
-    ds = prepared.dataset
-    best = minimiser(prepared.model, ds.X_train, ds.y_train)[1].loss
-    return config.replace(target_loss=best * (1.0 + target_gap))
-
-
-_NOISY = [Choice(1, 2), Choice(2, 2), Choice(2, 8), Choice(4, 8)]
-_COST = CostModel(seconds_per_sample=0.05 / 200, seconds_per_partition=0.0, decode_seconds=1e-4)
-
-
-def test_a_rule_that_settles_above_a_tight_target_is_not_chosen_however_fast() -> None:
-    # Early on any gradient is good enough: the look-ahead's few rounds favour the
-    # fastest rounds (r = 1, K = 2). With a target near the optimum, where such a rule
-    # never gets (its noise floor is above it), it is ruled out, and said so.
-    loose = _noisy_job()
-    run = simulate(loose.replace(policy=Component("frc", {"s": 1}), rounds=10), _COST)
-    picks = {}
-    for gap in (None, 1e-2, -1e-3, 1e-5):
-        config = _noisy_job(target_gap=gap)
-        look = Lookahead(config, prepare(config, None), _COST)
-        picks[gap] = look.choose(10, run.theta, run.records, Choice(2, 8), _NOISY)
-    # No target, one far above where it settles, or one below the optimum (no rule gets
-    # there: none is ruled out).
-    for loose in (None, 1e-2, -1e-3):
-        assert picks[loose][0] == Choice(1, 2), picks[loose]
-        assert "above the target" not in picks[loose][1]
-    choice, why = picks[1e-5]
-    assert choice.k == 8, why  # an exact rule: every group waited for
-    assert "settle above the target" in why and "r=1 K=2 at " in why
-
-
-def test_a_rule_in_use_that_settles_above_the_target_moves_to_one_that_gets_there() -> None:
-    config = _noisy_job(target_gap=1e-5)
-    run = simulate(
-        config.replace(
-            policy=Component("erasurehead", {"r": 1, "K": 2}), rounds=10, target_loss=None
-        ),
-        _COST,
-    )
-    look = Lookahead(config, prepare(config, None), _COST)
-    choice, why = look.choose(10, run.theta, run.records, Choice(1, 2), _NOISY)
-    # Its rounds are the fastest, so no other choice is 20 % faster: it moves anyway.
-    assert choice.k == 8 and why.startswith("r=1 K=2 settles above the target: "), why
-
-
-def test_where_a_rule_settles_is_found_on_a_sample_of_rows_as_on_all_of_them() -> None:
-    # On a sample, each partition's gradient is over fewer rows and noisier: the excess
-    # loss it settles at is scaled by the fraction kept, and agrees with all the rows'.
-    config = _noisy_job(rows=8000, target_gap=1e-5)
-    run = simulate(
-        config.replace(policy=Component("frc", {"s": 1}), rounds=10, target_loss=None), _COST
-    )
-    floors = []
-    for rows in (2000, 10**9):
-        look = Lookahead(config, prepare(config, None), _COST, rows=rows)
-        seen = observe(run.records, 8, 2)
-        delays = ResampledDelay(seen, fit_delays(seen).fits[0], seed=0)
-        floors.append(look.floors(0, [Choice(1, 2), Choice(2, 8)], delays, _COST))
-    sampled, whole = floors
-    assert Choice(2, 8) not in whole  # exact: it has no floor
-    assert whole[Choice(1, 2)] > 0
-    assert 0.5 < sampled[Choice(1, 2)] / whole[Choice(1, 2)] < 2.0, floors
