@@ -33,7 +33,6 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any, ClassVar
 
 import numpy as np
@@ -90,18 +89,18 @@ class Observations:
 
         The part of a worker's delay that is there round after round: a slower machine,
         not bad luck. Censored values count at their bound, so a worker cancelled in most
-        rounds gets a lower bound. A difference that chance explains (:func:`chance_limit`
-        standard errors of a median, from the pooled delays' spread) counts as 0.
+        rounds gets a lower bound. A difference within three standard errors of a median
+        (from the pooled delays' spread) is taken for chance and counts as 0.
         """
         medians = np.nanmedian(self.excess, axis=0)
         above = medians - float(np.percentile(medians, TYPICAL))
-        # A median over R rounds of i.i.d. delays of spread σ varies by about 1.25·σ/√R
-        # between workers.
+        # Only what chance cannot explain: a median over R rounds of i.i.d. delays of spread
+        # σ varies by about 1.25·σ/√R between workers; three of those is persistent.
         values = self.excess[~np.isnan(self.excess)]
         q75, q25 = np.percentile(values, [75, 25])
         rounds = np.maximum(np.sum(~np.isnan(self.excess), axis=0), 1)
-        error = 1.25 * (q75 - q25) / 1.349 / np.sqrt(rounds)
-        return np.asarray(np.where(above > chance_limit(self.n_workers) * error, above, 0.0))
+        chance = 3 * 1.25 * (q75 - q25) / 1.349 / np.sqrt(rounds)
+        return np.asarray(np.where(above > chance, above, 0.0))
 
     def slowness(self) -> np.ndarray:
         """How many times longer than a typical worker each worker takes for the same load.
@@ -162,18 +161,6 @@ class Observations:
                 excess[i, w] = float(np.median(above))
                 censored[i, w] = False
         return Observations(excess, censored, self.compute)
-
-
-def chance_limit(n_workers: int, alpha: float = 0.05) -> float:
-    """Standard errors of a median above the pool's :data:`TYPICAL` percentile that
-    ``n_workers`` workers of equal speed all stay within, but with probability ``alpha``.
-
-    The baseline sits below the typical worker (by 0.67 standard errors at the 25th
-    percentile), and the most unlucky of n is compared (the normal quantile at
-    1 − alpha/n): 3.2 at n = 8, 3.8 at n = 64. (A flat three let four of 64 workers of
-    i.i.d. delays pass by chance, each then modelled as a machine 1,000x slower.)"""
-    normal = NormalDist()
-    return normal.inv_cdf(1.0 - alpha / max(n_workers, 1)) - normal.inv_cdf(TYPICAL / 100.0)
 
 
 def observe(
