@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True, scope="session")
 def _own_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Solved optima (auto's look-ahead and `report --target-gap` cache them) go to the
+    """Solved optima (`report` and `tune` cache them for --target-gap) go to the
     session's own directory, not the user's ~/.cache (a test may set its own)."""
     before = os.environ.get("CODEDGD_CACHE_DIR")
     os.environ["CODEDGD_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))

@@ -137,3 +137,25 @@ def test_auto_picks_the_engine_that_can_run_the_job() -> None:
 def test_simulate_uses_the_vectorized_engine_when_it_can() -> None:
     config = job(POLICIES[1], STRAGGLERS[0])
     assert simulate(config, COST).records == VectorizedSimulator(config, COST).run().records
+
+
+@pytest.mark.parametrize("engine", ["vectorized", "events"])
+def test_without_the_metric_the_losses_are_the_same_and_the_metric_is_nan(engine: str) -> None:
+    # tune and auto's look-ahead read only the loss: they turn the metric off.
+    config = JobConfig(
+        workers=4,
+        rounds=8,
+        seed=2,
+        data=Component("synthetic", {"rows": 400, "dim": 5}),
+        policy=Component("erasurehead", {"r": 2, "K": 2}),
+        stragglers=Component("exponential", {"mean": 0.05}),
+    )
+    runs = []
+    for metric in (True, False):
+        sim = make_simulator(config, CostModel.ideal(), engine=engine)
+        sim.metric = metric
+        runs.append(sim.run().records)
+    with_metric, without = runs
+    assert [r.loss for r in without] == [r.loss for r in with_metric]
+    assert all(0.5 < r.metric <= 1.0 for r in with_metric)
+    assert all(math.isnan(r.metric) for r in without)
