@@ -109,7 +109,12 @@ def one(
     if only:  # these, ``repeats`` times each, and nothing else
         times_of: dict[str, list[float]] = {}
         for label in only:
-            policy = flags.get(label) or ["--policy", label]
+            if label not in flags:
+                raise SystemExit(
+                    f"--only {label!r}: not a candidate of {scenario}'s run; "
+                    f"choose among {sorted(flags)}"
+                )
+            policy = flags[label]
             times_of[label] = []
             for i in range(repeats):
                 out = tmp / f"{scenario}-{label.replace(' ', '_')}.{i}.json"
