@@ -56,5 +56,22 @@ def test_a_cycle_of_waits_blames_the_peer_waited_for_longest() -> None:
     assert list(silent_roots(stalls, now=10.0)) == [1]
 
 
+def test_a_cycle_blames_where_data_stopped_first_not_the_earliest_estimated_wait() -> None:
+    # Worker 3 of a ring of 4 hangs; the stall spreads 0 <- 3 (nothing had), 1 <- 0 (one
+    # θ segment had), 2 <- 1 (two), and the hung 3 waits for 2 too (two). Worker 1's wait
+    # is estimated to have begun first (its report reached a loaded coordinator quickly,
+    # worker 0's slowly): the counts still blame worker 3, not the innocent worker 0.
+    stalls = [
+        Stall(1, frozenset({0}), 3.0, "data", received=1),
+        Stall(0, frozenset({3}), 3.1, "data", received=0),
+        Stall(2, frozenset({1}), 3.2, "data", received=2),
+        Stall(3, frozenset({2}), 3.3, "data", received=2),
+        _stall(COORDINATOR, {0, 1, 2, 3}, 2.0),
+    ]
+    blamed = silent_roots(stalls, now=10.0)
+    assert list(blamed) == [3]
+    assert blamed[3] == "silent: worker 0 waited 6.9 s for its data"
+
+
 def test_no_reports_blame_nobody() -> None:
     assert silent_roots([], now=1.0) == {}

@@ -228,6 +228,7 @@ class JobRun:
                     int(failure.attempt),
                     peer,
                     float(failure.waited_seconds),
+                    int(failure.received),
                 )
             return
         log.warning(

@@ -332,15 +332,20 @@ class RoundLoop:
                 restarts=tuple(restarts),
             )
 
-    def stalled(self, reporter: int, round_: int, attempt: int, peer: int, waited: float) -> None:
+    def stalled(
+        self, reporter: int, round_: int, attempt: int, peer: int, waited: float, received: int = 0
+    ) -> None:
         """``reporter`` has waited ``waited`` seconds for ``peer``'s data in (round_,
-        attempt) past the round's deadline (a silent PeerFailure)."""
+        attempt) past the round's deadline, having had ``received`` messages of it from
+        ``peer`` (a silent PeerFailure)."""
         if (round_, attempt) != self._stall_round:
             return  # an older round's, or one not started here yet
         since = asyncio.get_running_loop().time() - max(0.0, waited)
         key = (reporter, peer)
         if key not in self._stalls:
-            self._stalls[key] = Stall(reporter, frozenset({peer}), since, f"data of round {round_}")
+            self._stalls[key] = Stall(
+                reporter, frozenset({peer}), since, f"data of round {round_}", received
+            )
 
     async def _attempt(self, t: int, point: np.ndarray, policy: Policy, attempt: int) -> Outcome:
         places, inbox, plane = self.places, self.inbox, self.plane

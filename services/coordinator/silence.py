@@ -5,9 +5,12 @@ reports that peer silent (``PeerFailure.silent``) and keeps waiting. A peer that
 itself waiting for another is silent too (a ring stalls all the way round; a tree's
 parent stalls with its child), so the reports form a who-waits-for-whom graph, and only
 its roots are to blame: a worker reported silent that sent no silent report of its own.
-In a cycle (a ring whose every member waits on the next) there is no root; the link that
-failed is the one waited on longest, so the peers named by the report whose wait began
-first are blamed.
+In a cycle (a ring whose every member waits on the next, the hung one included) there
+is no root. The link that failed is where data stopped first: a ring's stall spreads
+downstream one message per hop, so the wait with the fewest messages received from its
+peer (PeerFailure.received) names it, and among equals the wait that began first. When
+the waits began cannot decide alone: a hop takes milliseconds, and each report's start
+is estimated across a loaded machine's scheduling and the report's own transit.
 
 The deadline is derived from measured round times, not guessed: ``factor`` times the
 longest of the job's recent rounds, at least ``minimum`` seconds, at most the job's
@@ -40,6 +43,7 @@ class Stall:
     peers: frozenset[int]
     since: float
     what: str  # what was waited for, for the reason given to the blamed
+    received: int = 0  # messages of the round had from ``peers`` before the wait
 
 
 def peer_deadline(
@@ -57,7 +61,8 @@ def silent_roots(stalls: Iterable[Stall], now: float) -> dict[int, str]:
     """The workers to blame for a stalled round, each with the reason to give.
 
     A worker is blamed when some wait is for it and it reported no wait of its own;
-    with none such (a cycle of waits), the peers of the wait that began first. The reason
+    with none such (a cycle of waits), the peers of the wait with the fewest messages
+    received, among equals the one that began first. The reason
     names the link: a peer's wait, when one is for the blamed, before the coordinator's.
     """
     # Peers' waits first (each names a link), the coordinator's own last; earliest first.
@@ -69,7 +74,8 @@ def silent_roots(stalls: Iterable[Stall], now: float) -> dict[int, str]:
             if peer not in reporters and peer not in blamed:
                 blamed[peer] = stall
     if not blamed:
-        first = next((s for s in stalls if s.reporter != COORDINATOR), None)
+        waits = [s for s in stalls if s.reporter != COORDINATOR]
+        first = min(waits, key=lambda s: (s.received, s.since, s.reporter), default=None)
         if first is not None:
             blamed = {peer: first for peer in sorted(first.peers)}
     return {peer: _reason(stall, now) for peer, stall in blamed.items()}

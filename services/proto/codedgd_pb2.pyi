@@ -244,7 +244,7 @@ class Shutdown(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., restarting: _Optional[bool] = ...) -> None: ...
 
 class PeerFailure(_message.Message):
-    __slots__ = ("job_id", "round", "peer", "reason", "silent", "attempt", "waited_seconds")
+    __slots__ = ("job_id", "round", "peer", "reason", "silent", "attempt", "waited_seconds", "received")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +252,7 @@ class PeerFailure(_message.Message):
     SILENT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     peer: int
@@ -259,7 +260,8 @@ class PeerFailure(_message.Message):
     silent: bool
     attempt: int
     waited_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[int] = ..., reason: _Optional[str] = ..., silent: _Optional[bool] = ..., attempt: _Optional[int] = ..., waited_seconds: _Optional[float] = ...) -> None: ...
+    received: int
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[int] = ..., reason: _Optional[str] = ..., silent: _Optional[bool] = ..., attempt: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., received: _Optional[int] = ...) -> None: ...
 
 class WorkerError(_message.Message):
     __slots__ = ("job_id", "round", "message")

@@ -131,8 +131,8 @@ class RingRounds:
         ctx, n, i = self.ctx, self.n, self.ctx.index
         previous = [self.previous]
 
-        def watch(what: str) -> Watch:
-            return Watch(round_, attempt, deadline, lambda: previous, what)
+        def watch(what: str, received: int) -> Watch:
+            return Watch(round_, attempt, deadline, lambda: previous, what, received)
 
         try:
             theta = np.empty(ctx.dim, dtype=np.float64)
@@ -146,7 +146,7 @@ class RingRounds:
                 )
                 got = await ctx.waited(
                     self.mailbox.get((round_, attempt, "theta", step), self.previous),
-                    watch(f"θ segment of all-gather step {step}"),
+                    watch(f"θ segment of all-gather step {step}", step),
                 )
                 lo, hi = self.bounds[gather_segment(self.previous, step, n)]
                 theta[lo:hi] = got.array
@@ -161,7 +161,7 @@ class RingRounds:
                 )
                 got = await ctx.waited(
                     self.mailbox.get((round_, attempt, "reduce", step), self.previous),
-                    watch(f"partial sum of reduce-scatter step {step}"),
+                    watch(f"partial sum of reduce-scatter step {step}", n - 1 + step),
                 )
                 received = scatter_segment(self.previous, step, n)
                 partial = got.array + own[slice(*self.bounds[received])]

@@ -209,7 +209,9 @@ class Rounds:
             # gives up its place (WorkerError), so a newcomer may take it.
             self._error(job.job_id, max(job.theta_round, 0), reason)
 
-        def silent(round_: int, attempt: int, peer: int, waited: float, what: str) -> None:
+        def silent(
+            round_: int, attempt: int, peer: int, waited: float, what: str, received: int
+        ) -> None:
             self._send(
                 pb.WorkerMessage(
                     peer_failure=pb.PeerFailure(
@@ -219,6 +221,7 @@ class Rounds:
                         peer=peer,
                         silent=True,
                         waited_seconds=waited,
+                        received=received,
                         reason=f"sent nothing for {waited:.1f} s while worker "
                         f"{a.worker_index} waited for its {what}",
                     )

@@ -42,20 +42,23 @@ Key = tuple[int, int, str, int]  # round, attempt, stage, step
 AHEAD = 2
 # A round that failed here: (round, what happened), reported to the coordinator.
 RoundError = Callable[[int, str], None]
-# A peer silent past the deadline: (round, attempt, peer, seconds waited, what for).
-SilentPeer = Callable[[int, int, int, float, str], None]
+# A peer silent past the deadline: (round, attempt, peer, seconds waited, what for,
+# messages of the round received from the peer before the wait).
+SilentPeer = Callable[[int, int, int, float, str, int], None]
 
 
 @dataclass(frozen=True)
 class Watch:
     """A wait for peers' data, reported past ``deadline`` seconds (0: not watched):
-    ``peers()`` names the ones still waited for then."""
+    ``peers()`` names the ones still waited for then; ``received`` is how many messages
+    of the round each had sent this worker before the wait (PeerFailure.received)."""
 
     round: int
     attempt: int
     deadline: float
     peers: Callable[[], Iterable[int]]
     what: str
+    received: int = 0
 
 
 @dataclass
@@ -129,7 +132,7 @@ class TopologyContext:
                 watch.deadline,
                 watch.what,
             )
-            self.silent(watch.round, watch.attempt, peer, waited, watch.what)
+            self.silent(watch.round, watch.attempt, peer, waited, watch.what, watch.received)
 
     async def compute(self, round_: int, theta: np.ndarray, cancel: CancelFlag) -> ComputeResult:
         """This worker's own message at θ (in a thread), then its straggler delay."""

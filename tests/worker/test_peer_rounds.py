@@ -59,8 +59,8 @@ class _Cluster:
         self.uploads: dict[int, list[Upload]] = {w: [] for w in range(n)}
         self.errors: list[tuple[int, int, str]] = []
         self.failures: list[tuple[int, int, str]] = []
-        # (reporter, round, attempt, peer, seconds waited, when reported)
-        self.silent: list[tuple[int, int, int, int, float, float]] = []
+        # (reporter, round, attempt, peer, seconds waited, when reported, received)
+        self.silent: list[tuple[int, int, int, int, float, float, int]] = []
         self.faults: dict[int, PeerFault] = {}
         self.refused: list[tuple[int, int, str]] = []  # (sender, peer, why)
         self.links = {
@@ -80,8 +80,10 @@ class _Cluster:
             assert isinstance(message, Upload)
             self.uploads[w].append(message)
 
-        def silent(round_: int, attempt: int, peer: int, waited: float, what: str) -> None:
-            self.silent.append((w, round_, attempt, peer, waited, time.monotonic()))
+        def silent(
+            round_: int, attempt: int, peer: int, waited: float, what: str, received: int
+        ) -> None:
+            self.silent.append((w, round_, attempt, peer, waited, time.monotonic(), received))
 
         return TopologyContext(
             job_id="j",
@@ -280,7 +282,8 @@ async def test_a_push_from_a_worker_that_is_not_a_child_is_refused() -> None:
 def _roots(cluster: _Cluster) -> list[int]:
     """Whom the coordinator's rule blames from the workers' silent reports."""
     stalls = [
-        Stall(r, frozenset({p}), at - waited, "data") for r, _, _, p, waited, at in cluster.silent
+        Stall(r, frozenset({p}), at - waited, "data", got)
+        for r, _, _, p, waited, at, got in cluster.silent
     ]
     return list(silent_roots(stalls, time.monotonic()))
 
@@ -304,6 +307,17 @@ async def test_a_ring_reports_its_silent_member_and_only_it_is_to_blame() -> Non
     assert (first[0], first[1], first[3]) == (2, 1, 1)
     assert first[4] >= deadline
     assert _roots(cluster) == [1]
+    # Each wait says how far its peer got: worker 2 heard nothing of round 1 from worker 1;
+    # the stall spread downstream, one more message had per hop, round to worker 1 itself
+    # (waiting in its reduce-scatter, having had all n - 1 θ segments).
+    received = {(r[0], r[3]): r[6] for r in cluster.silent}
+    assert received == {(2, 1): 0, (3, 2): 1, (0, 3): 2, (1, 0): n - 1}
+    # So the counts alone find the hung worker, even were the reports' starts misjudged
+    # (on a loaded machine, when a wait began is estimated across scheduling and transit).
+    reversed_starts = [
+        Stall(r, frozenset({p}), -at, "data", got) for r, _, _, p, _, at, got in cluster.silent
+    ]
+    assert list(silent_roots(reversed_starts, time.monotonic())) == [1]
     # once per peer and round: no report repeats
     assert len({(r[0], r[1], r[3]) for r in cluster.silent}) == len(cluster.silent)
     assert all(len(cluster.uploads[w]) == 1 for w in range(n))  # round 1 is stuck, not failed
