@@ -27,6 +27,7 @@ from codedgd.services.tuning import (
     Observations,
     ResampledDelay,
     candidates,
+    chance_limit,
     fit_delays,
     label,
     observe,
@@ -286,6 +287,25 @@ def test_chance_differences_between_workers_are_not_taken_for_slow_machines() ->
     assert np.all(obs.persistent_excess() == 0.0)
     assert float(obs.slowness().max()) < 1.25
     assert not [c for c in candidates(8, speeds=1.0 / obs.slowness()) if c.name == "hetero"]
+
+
+def test_the_slow_worker_limit_grows_with_the_pool_so_64_equal_workers_pass_for_equal() -> None:
+    # 40 pools of 64 workers, 100 rounds of i.i.d. delays each: the unluckiest worker of a
+    # pool passes a flat three standard errors in most pools, the default limit (3.8 at
+    # n = 64) in about one pool in 20; a worker truly half a mean delay slower is found.
+    assert [round(chance_limit(n), 1) for n in (8, 16, 64)] == [3.2, 3.4, 3.8]
+    rng = np.random.default_rng(11)
+    chance, flat, found = 0, 0, 0
+    for _ in range(40):
+        excess = rng.exponential(0.1, (100, 64))
+        obs = Observations(excess, np.zeros(excess.shape, dtype=bool), np.full((100, 64), 1e-3))
+        chance += bool(obs.persistent_excess().any())
+        flat += bool(dataclasses.replace(obs, chance_sigmas=3.0).persistent_excess().any())
+        excess[:, 7] += 0.05
+        slow = dataclasses.replace(obs, excess=excess).persistent_excess()
+        found += bool(slow[7] > 0 and not np.delete(slow, 7).any())
+    assert chance <= 4 < 15 <= flat
+    assert found >= 34
 
 
 def test_a_mini_batch_source_is_costed_on_the_rows_its_rounds_used() -> None:

@@ -69,6 +69,14 @@ from codedgd.services.stragglers.fitted import (
 Shipping = Callable[[Plan, Plan], float]
 """Seconds to move a job's workers from the first plan to the second."""
 
+# Standard errors above the typical worker at which a worker of a refit window counts as
+# persistently slow: flat, not grown with n as tune's whole-run records are
+# (:func:`~codedgd.services.stragglers.fitted.chance_limit`). A window is short (W rounds),
+# so a slow worker barely stands out of it, and missing one costs more than a chance one
+# the next refit corrects: with 3.4 at n = 16, auto on two-classes lost its slow half and
+# went from 0.97 to 1.08 of the best fixed policy (docs/tuning.md).
+LIVE_SIGMAS = 3.0
+
 
 class Lookahead:
     """Chooses ``auto``'s (r, K) by simulating the next rounds (see the module docstring)."""
@@ -287,7 +295,9 @@ class Lookahead:
         choices: Sequence[Choice],
     ) -> tuple[Choice, str]:
         try:
-            seen = observe(records, self.config.workers, MIN_LIVE_ROUNDS)
+            seen = dataclasses.replace(
+                observe(records, self.config.workers, MIN_LIVE_ROUNDS), chance_sigmas=LIVE_SIGMAS
+            )
             self._remember(seen)
             obs = seen.informed(self._history)
             fits = fit_delays(obs)

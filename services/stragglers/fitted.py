@@ -32,7 +32,8 @@ import copy
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Any, ClassVar
 
 import numpy as np
@@ -49,6 +50,17 @@ MIN_LIVE_ROUNDS = 2
 # enough to sit among the fast ones when up to three quarters of the pool is slow.
 TYPICAL = 25.0
 FAMILIES = ("shifted-exponential", "pareto")
+# A worker's median delay is persistent slowness when no more than this share of pools of
+# equal workers would show one as far above the typical worker by chance.
+FAMILY_WISE = 0.05
+
+
+def chance_limit(n_workers: int) -> float:
+    """Standard errors of a median by which the unluckiest of ``n_workers`` equal workers
+    stays below the typical one (the pool's 25th percentile of medians), in all but 5 %
+    of pools: 3.2 at n = 8, 3.4 at 16, 3.8 at 64."""
+    normal = NormalDist()
+    return normal.inv_cdf(1 - FAMILY_WISE / max(n_workers, 1)) - normal.inv_cdf(TYPICAL / 100)
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,9 @@ class Observations:
     excess: np.ndarray  # float64 seconds; NaN where the worker was not contacted
     censored: np.ndarray  # bool: a lower bound (the worker was cancelled)
     compute: np.ndarray  # float64 compute seconds of answering workers; NaN otherwise
+    # Standard errors of a median above the typical worker's that count as persistent
+    # (:meth:`persistent_excess`); None: :func:`chance_limit` of the pool's size.
+    chance_sigmas: float | None = None
 
     @property
     def n_workers(self) -> int:
@@ -89,17 +104,24 @@ class Observations:
 
         The part of a worker's delay that is there round after round: a slower machine,
         not bad luck. Censored values count at their bound, so a worker cancelled in most
-        rounds gets a lower bound. A difference within three standard errors of a median
-        (from the pooled delays' spread) is taken for chance and counts as 0.
+        rounds gets a lower bound. A difference within ``chance_sigmas`` standard errors of
+        a median (from the pooled delays' spread) is taken for chance and counts as 0. By
+        default that limit grows with the pool (:func:`chance_limit`): at n = 64, a flat
+        three took four of 64 equal workers for slow machines. A caller that refits short
+        windows often (auto's look-ahead) may set a lower one: a slow worker lost in one
+        window's noise costs it more than a chance one, which the next refit corrects.
         """
         medians = np.nanmedian(self.excess, axis=0)
         above = medians - float(np.percentile(medians, TYPICAL))
         # Only what chance cannot explain: a median over R rounds of i.i.d. delays of spread
-        # σ varies by about 1.25·σ/√R between workers; three of those is persistent.
+        # σ varies by about 1.25·σ/√R between workers.
         values = self.excess[~np.isnan(self.excess)]
         q75, q25 = np.percentile(values, [75, 25])
         rounds = np.maximum(np.sum(~np.isnan(self.excess), axis=0), 1)
-        chance = 3 * 1.25 * (q75 - q25) / 1.349 / np.sqrt(rounds)
+        sigmas = self.chance_sigmas
+        if sigmas is None:
+            sigmas = chance_limit(self.n_workers)
+        chance = sigmas * 1.25 * (q75 - q25) / 1.349 / np.sqrt(rounds)
         return np.asarray(np.where(above > chance, above, 0.0))
 
     def slowness(self) -> np.ndarray:
@@ -160,7 +182,7 @@ class Observations:
             if above.size:
                 excess[i, w] = float(np.median(above))
                 censored[i, w] = False
-        return Observations(excess, censored, self.compute)
+        return replace(self, excess=excess, censored=censored)
 
 
 def observe(
