@@ -162,11 +162,17 @@ def test_bad_records_are_refused_naming_what_is_missing() -> None:
 
 def test_candidates_are_valid_for_n() -> None:
     names = {c.name for c in candidates(12)}
-    assert names == {"uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead"}
+    assert names == {
+        "uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead", "lag-ps", "g-lag", "lagc"
+    }  # fmt: skip
     assert all(12 % (c.options["s"] + 1) == 0 for c in candidates(12, ["frc"]))
-    assert [c.name for c in candidates(7, ["frc", "erasurehead"])] == []  # 7 is prime
-    with pytest.raises(ConfigError, match="cannot search lag"):
-        candidates(8, ["lag"])
+    assert all(12 % (c.options["s"] + 1) == 0 for c in candidates(12, ["g-lag"]))
+    assert [c.name for c in candidates(7, ["frc", "erasurehead", "g-lag"])] == []  # 7 is prime
+    # The lazy ones at the authors' trigger weight and a tenth of it.
+    assert {c.options["xi"] for c in candidates(12, ["lag-ps", "g-lag", "lagc"])} == {1.0, 10.0}
+    # lag-wk saves uploads only, which links that cost nothing cannot show: not searched.
+    with pytest.raises(ConfigError, match="cannot search lag-wk"):
+        candidates(8, ["lag-wk"])
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -381,6 +387,32 @@ def test_topologies_are_searched_over_a_stated_link_and_pay_its_hops() -> None:
     assert slow["uncoded"] == pytest.approx(free["uncoded"], rel=1e-3)  # (decode is timed)
     with pytest.raises(ConfigError, match="latency"):
         Link(-1.0, 1e9)
+
+
+def test_lazy_candidates_wait_for_fewer_workers_and_are_predicted_as_they_run() -> None:
+    # The source: uncoded at n = 12 with exponential delays. g-lag's rounds contact only
+    # the groups whose trigger fires and use each one's first arrival: fewer computations
+    # and shorter rounds than uncoded's, on the replayed delays as on the true law.
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+    policies = ["uncoded", "lag-ps", "g-lag"]
+    out = {
+        o.label: o
+        for o in search(
+            source, obs, tail, target_loss=-1.0, rounds=30, repeats=2, policies=policies
+        )
+    }
+    assert {"lag-ps xi=1.0", "lag-ps xi=10.0", "g-lag s=1 xi=10.0", "g-lag s=2 xi=10.0"} <= set(out)
+    assert not [o.error for o in out.values() if o.error]
+    lazy, uncoded = out["g-lag s=1 xi=10.0"], out["uncoded"]
+    assert np.mean(lazy.computations) < 12 == np.mean(uncoded.computations)
+    assert np.mean(lazy.round_seconds) < 0.8 * np.mean(uncoded.round_seconds)
+    assert not lazy.exact  # stale messages: not the exact gradient
+    # What the prediction promises, against a run of it on the delays' true law.
+    run = source.replace(rounds=30, policy=Component("g-lag", {"s": 1, "xi": 10.0}))
+    truth = simulate(run, CostModel.ideal().replace(compute="model")).records
+    true_round = float(np.mean([r.round_seconds for r in truth]))
+    assert np.mean(lazy.round_seconds) == pytest.approx(true_round, rel=0.3)
 
 
 def test_tune_wants_both_link_flags_or_neither(tmp_path: Path) -> None:

@@ -24,7 +24,14 @@ with a stated :class:`Link`: their messages travel between workers, hop after ho
 result file's delays cannot tell the links' time from the straggling. Their candidates
 replay the same delays (which hold the source's own round trip, so the topologies' hops
 come on top of it: a conservative prediction) and pay the link's latency and bandwidth
-on every hop. Lazy and robust policies are not searched yet (docs/tuning.md).
+on every hop.
+
+The lazy policies searched are those that save the star time with links that cost
+nothing: lag-ps, g-lag and lagc contact only the workers (or groups) whose trigger fires,
+so a round waits for fewer of them. lag-wk saves uploads only (every worker computes and
+the round waits for all), which the free links cannot show, so it is not searched; nor
+are the robust policies (they buy safety, not time) or the communication-efficient
+codes (smaller messages, which need the link's bandwidth: docs/tuning.md).
 """
 
 from __future__ import annotations
@@ -54,7 +61,20 @@ from codedgd.services.sim.engines import make_simulator
 from codedgd.services.stragglers import StragglerModel
 from codedgd.services.stragglers.fitted import DelayFit, Observations, ResampledDelay
 
-SEARCHED = ("uncoded", "ignore-stragglers", "frc", "cyclic", "erasurehead", "hetero")
+SEARCHED = (
+    "uncoded",
+    "ignore-stragglers",
+    "frc",
+    "cyclic",
+    "erasurehead",
+    "hetero",
+    "lag-ps",
+    "g-lag",
+    "lagc",
+)
+# The lazy policies' trigger weights ξ tried: the authors' (10, see SCHEMES.md) and one a
+# tenth of it (more refreshes: closer to the exact path, fewer rounds on stale messages).
+LAZY_XI = (1.0, 10.0)
 TOPOLOGIES = ("ring-allreduce", "tree", "codedreduce")  # searched with a stated Link
 HETEROGENEOUS = 1.25  # slowest / fastest worker beyond which speed-aware loads are tried
 # Rounds a candidate's loss must stay at or below the target once there. An approximate
@@ -121,6 +141,14 @@ def candidates(
             for r in [d for d in divisors(n) if 2 <= d <= 4]:
                 for k in sorted({max(1, n // 4), max(1, n // 2), max(1, 3 * n // 4)}):
                     out.append(Component(name, {"r": r, "K": k}))
+        elif name == "lag-ps":
+            out += [Component(name, {"xi": xi}) for xi in LAZY_XI]
+        elif name == "g-lag":  # groups of s + 1, which must divide n
+            groups = [d for d in divisors(n) if 2 <= d <= max(2, n // 4)][:2]
+            out += [Component(name, {"s": d - 1, "xi": xi}) for d in groups for xi in LAZY_XI]
+        elif name == "lagc":
+            tolerated = sorted({1, max(1, n // 8)})
+            out += [Component(name, {"s": s, "xi": xi}) for s in tolerated for xi in LAZY_XI]
         elif name == "hetero" and speeds is not None and len(speeds) == n:
             v = np.asarray(speeds, dtype=np.float64)
             if float(v.max() / v.min()) > HETEROGENEOUS:
