@@ -1,14 +1,15 @@
-"""``auto`` against the best fixed choice of its own set, and against itself without moving data.
+"""``auto`` against the best fixed choice of its own set, with and without its lazy rules.
 
-``auto`` picks a group size r (among 1, 2, 4: changing it moves data) and a stop rule K
-(among n/4, n/2, 3n/4, n) every ``window`` rounds. This runs, on bench_tune's scenarios and
-cost model (same source job and target: the loss 100 rounds of uncoded reach), every
-(r, K) ``auto`` chooses among as a fixed policy (erasurehead with r and K; K = n is frc
-with s = r - 1, r = 1 and K = n is uncoded), ``auto`` limited to its starting r = 2 (K
-only, no data moved: ``sizes=2``), and ``auto`` itself, three seeded runs each under the
-scenario's true delays, and prints the best fixed choice, its median time to the target,
-both autos' and the ratios. auto / best fixed below 1 is a gain from adapting (a phase
-each choice is wrong in); above 1, what the look-ahead's lag and mistakes cost.
+``auto`` picks a group size r (among 1, 2, 4: changing it moves data) and the round's rule
+every ``window`` rounds: a stop rule K (among n/4, n/2, 3n/4, n) or g-lag's lazy trigger
+xi (1 or 10) on the same groups. This runs, on bench_tune's scenarios and cost model (same
+source job and target: the loss 100 rounds of uncoded reach), every rule ``auto`` chooses
+among as a fixed policy (erasurehead with r and K, where K = n is frc with s = r - 1 and
+r = 1, K = n is uncoded; g-lag with s = r - 1 and xi), ``auto`` with its eager rules only
+(``lazy=none``) and ``auto`` itself, three seeded runs each under the scenario's true
+delays, and prints the best fixed rule and the best eager one, their median times to the
+target, both autos' and the ratios. auto / best fixed below 1 is a gain from adapting (a
+phase each rule is wrong in); above 1, what the look-ahead's lag and mistakes cost.
 
     python -m bench.bench_auto_reach
     python -m bench.bench_auto_reach --n 16 --scenario alternating
@@ -59,10 +60,10 @@ def main() -> None:
     a = p.parse_args()
     started = time.time()
     print(
-        "| scenario | n | best fixed (r, K) | its time (s) | auto, r = 2 only (s) | auto (s) "
-        "| auto / best fixed | auto / auto r = 2 only |"
+        "| scenario | n | best fixed rule | its time (s) | auto (s) | auto / best fixed "
+        "| best eager rule | its time (s) | auto, eager only (s) | eager auto / best eager |"
     )
-    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---|---:|---:|---:|")
     for n in a.n:
         for scenario in a.scenario:
             stragglers = SCENARIOS[scenario](n)
@@ -77,17 +78,26 @@ def main() -> None:
             )
             target = simulate(source, cost_for(n)).records[-1].loss
             ks = sorted({math.ceil(n * f) for f in (0.25, 0.5, 0.75)} | {n})  # auto's choices
-            fixed = {
-                (r, k): _median_time(source, Component("erasurehead", {"r": r, "K": k}), target)
+            rules = {
+                f"r={r} K={k}": Component("erasurehead", {"r": r, "K": k})
                 for r in (1, 2, 4)
                 for k in ks
             }
-            best = min(fixed, key=lambda rk: fixed[rk])
-            kept = _median_time(source, Component("auto", {"sizes": "2"}), target)
+            eager = list(rules)
+            rules |= {
+                f"r={r} lazy xi={xi:g}": Component("g-lag", {"s": r - 1, "xi": xi})
+                for r in (1, 2, 4)
+                for xi in (1.0, 10.0)
+            }
+            fixed = {name: _median_time(source, rule, target) for name, rule in rules.items()}
+            best = min(fixed, key=lambda name: fixed[name])
+            best_eager = min(eager, key=lambda name: fixed[name])
+            only = _median_time(source, Component("auto", {"lazy": "none"}), target)
             auto = _median_time(source, Component("auto", {}), target)
             print(
-                f"| {scenario} | {n} | r={best[0]} K={best[1]} | {fixed[best]:.2f} | "
-                f"{kept:.2f} | {auto:.2f} | {auto / fixed[best]:.2f} | {auto / kept:.2f} |",
+                f"| {scenario} | {n} | {best} | {fixed[best]:.2f} | {auto:.2f} | "
+                f"{auto / fixed[best]:.2f} | {best_eager} | {fixed[best_eager]:.2f} | "
+                f"{only:.2f} | {only / fixed[best_eager]:.2f} |",
                 flush=True,
             )
     print(f"\n({time.time() - started:.0f} s; bench_auto_reach.py, {time.strftime('%F')})")

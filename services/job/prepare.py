@@ -64,7 +64,7 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
     else:
         blocks = partition_rows(dataset.n_train, k, config.seed)
     lr = choose_lr(config, model, dataset.X_train)
-    policy.bind(_context(config, model, dataset, blocks, lr))
+    policy.bind(job_context(config, model, dataset, blocks, lr))
     theta0 = model_theta0(model, dataset.dim, config.seed)
     if config.init_from is not None:
         theta0 = initial_theta(config, parameter_count(model, dataset.dim))
@@ -105,7 +105,7 @@ def initial_theta(config: JobConfig, dim: int | None = None) -> np.ndarray:
     return np.array(saved.theta, dtype=np.float64)
 
 
-def _context(
+def job_context(
     config: JobConfig, model: Model, dataset: Dataset, blocks: list[np.ndarray], lr: float
 ) -> JobContext:
     """The policy's view of the loaded job (smoothness computed only when asked)."""

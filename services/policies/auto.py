@@ -37,8 +37,10 @@ import numpy as np
 from codedgd.services.codes.erasurehead import erasure_probability
 from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, PlanError
-from codedgd.services.policies.base import Param, Plan, RoundSpec
+from codedgd.services.policies.base import Estimate, JobContext, Param, Plan, RoundSpec
 from codedgd.services.policies.erasurehead import ErasureHead
+from codedgd.services.policies.lag import D_PARAM, DEFAULT_D
+from codedgd.services.policies.lag_coded import GroupLag
 from codedgd.services.policies.registry import register
 from codedgd.services.records import RoundRecord
 from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS
@@ -46,13 +48,20 @@ from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS
 
 @dataclass(frozen=True, order=True)
 class Choice:
-    """One configuration auto can run: group size r and stop rule K."""
+    """One configuration auto can run: group size r and stop rule K, or with ``xi`` > 0
+    g-lag's lazy rounds on the same groups (LAG's trigger weight ξ; every picked group
+    waited for, so K = n)."""
 
     r: int
     k: int
+    xi: float = 0.0
+
+    @property
+    def lazy(self) -> bool:
+        return self.xi > 0
 
     def __str__(self) -> str:
-        return f"r={self.r} K={self.k}"
+        return f"r={self.r} lazy xi={self.xi:g}" if self.lazy else f"r={self.r} K={self.k}"
 
 
 class Chooser(Protocol):
@@ -65,8 +74,12 @@ class Chooser(Protocol):
         records: Sequence[RoundRecord],
         current: Choice,
         choices: Sequence[Choice],
+        memory: Mapping[str, Any] | None = None,
     ) -> tuple[Choice, str]:
-        """(the choice to use from round t on, why) given the last rounds' records."""
+        """(the choice to use from round t on, why) given the last rounds' records, and
+        ``memory``: what lazy rounds on the current groups go on from (g-lag's
+        :meth:`~codedgd.services.policies.lag.LazyPolicy.state`; None without lazy
+        choices)."""
         ...
 
 
@@ -77,6 +90,22 @@ def _ints(text: str, what: str) -> set[int]:
         raise PlanError(f"auto: {what}={text!r}: give whole numbers, comma-separated") from None
 
 
+def _weights(text: str) -> tuple[float, ...]:
+    """The lazy option's trigger weights ξ ("none": no lazy choice)."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        values = {float(v) for v in text.split(",") if v.strip()}
+    except ValueError:
+        raise ConfigError(
+            f"auto: lazy={text!r}: give trigger weights xi > 0, comma-separated, or none"
+        ) from None
+    bad = sorted(v for v in values if not (v > 0 and math.isfinite(v)))
+    if bad:
+        raise ConfigError(f"auto: lazy weights {bad} are not > 0: give xi > 0, or lazy=none")
+    return tuple(sorted(values))
+
+
 @register
 class Auto(ErasureHead):
     name = "auto"
@@ -84,8 +113,9 @@ class Auto(ErasureHead):
         "adaptive: groups of r workers share r partitions; at round `first`, then every "
         "`window` rounds, a look-ahead on the simulator, with the delays refitted from the "
         "last rounds, picks "
-        "the group size r (moving data when it pays) and how many arrivals to wait for "
-        "(K = n: exact frc; fewer: erasurehead)"
+        "the group size r (moving data when it pays) and the round's rule: how many "
+        "arrivals to wait for (K = n: exact frc; fewer: erasurehead) or g-lag's lazy "
+        "trigger xi"
     )
     exact = False
     adapts = True
@@ -112,6 +142,15 @@ class Auto(ErasureHead):
             "the K values to choose among, comma-separated (default n/4, n/2, 3n/4 and n); "
             "rounds before the first decision wait for every group (K = n) regardless",
         ),
+        Param(
+            "lazy",
+            str,
+            "1,10",
+            "g-lag's trigger weights xi to choose among as well, comma-separated (lazy "
+            "rounds on the same groups: only groups whose trigger fires are asked, the "
+            "others' last messages reused); none: eager rules only",
+        ),
+        D_PARAM,
     )
 
     def __init__(
@@ -121,6 +160,8 @@ class Auto(ErasureHead):
         choices: str = "",
         sizes: str = "",
         first: int = MIN_LIVE_ROUNDS,
+        lazy: str = "1,10",
+        D: int = DEFAULT_D,
     ) -> None:
         super().__init__(r=r, K=0, delta=1.0)
         if window < 5:
@@ -129,16 +170,25 @@ class Auto(ErasureHead):
             raise ConfigError(
                 f"auto: first must be >= {MIN_LIVE_ROUNDS} rounds (a fit needs them), got {first}"
             )
+        if D < 1:
+            raise ConfigError(f"auto: D must be >= 1 round of history, got D={D}")
         self.window = window
         self.first = first
         self.choices_text = choices
         self.sizes_text = sizes
+        self.weights = _weights(lazy)  # the lazy ξ values
+        self.D = D
+        self.xi = 0.0  # in use: 0 = eager rounds
         self.choices: tuple[int, ...] = ()  # the K values
         self.sizes: tuple[int, ...] = ()  # the r values
         self.chooser: Chooser | None = None
         self.switches = 0
         self.moves = 0  # switches of r (data moved)
         self._k_parts = 0
+        self._context: JobContext | None = None
+        # g-lag on the groups in use: runs the lazy rounds, and follows the eager ones
+        # (their group messages, the θ history), so a switch to lazy goes on from them.
+        self._memory: GroupLag | None = None
         self._records: deque[RoundRecord] = deque(maxlen=window)
         self._note = ""
         self._pending: tuple[int, Choice, str] | None = None
@@ -168,41 +218,72 @@ class Auto(ErasureHead):
         else:
             sizes = {r for r in (1, 2, 4) if r in valid}
         self.sizes = tuple(sorted(sizes | {self.r}))
-        self._use(n_workers)
+        self._use(Choice(self.r, n_workers))
         self._ran = self.current
         return plan
 
+    def bind(self, context: JobContext) -> None:
+        self._context = context
+        self._memory = self._lazy_rounds(None)
+
+    def _lazy_rounds(self, before: GroupLag | None) -> GroupLag | None:
+        """g-lag on groups of the r in use, bound to the job (None without lazy choices);
+        with the θ history and rounds of ``before`` (the groups' messages are not its)."""
+        if not self.weights or self._context is None:
+            return None
+        memory = GroupLag(s=self.r - 1, D=self.D, xi=self.xi or self.weights[0])
+        memory.plan(self._n, self._k_parts)
+        memory.bind(self._context)
+        if before is not None:
+            kept = before.state()
+            units = len(memory.groups)
+            memory.load_state(
+                {**kept, "latest": None, "theta_hat": None, "has": np.zeros(units, dtype=bool)}
+            )
+        return memory
+
     @property
     def current(self) -> Choice:
-        """The (r, K) in use."""
-        return Choice(self.r, self.k)
+        """The rule in use."""
+        return Choice(self.r, self.k, self.xi)
 
     def options(self) -> tuple[Choice, ...]:
-        """Every (r, K) the chooser may pick."""
-        return tuple(Choice(r, k) for r in self.sizes for k in self.choices)
+        """Every rule the chooser may pick."""
+        eager = [Choice(r, k) for r in self.sizes for k in self.choices]
+        lazy = [Choice(r, self._n, xi) for r in self.sizes for xi in self.weights]
+        return tuple(eager + lazy)
 
     def attach(self, chooser: Chooser) -> None:
-        """Let ``chooser`` pick K every ``window`` rounds."""
+        """Let ``chooser`` pick the rule every ``window`` rounds."""
         self.chooser = chooser
 
     def _regroup(self, r: int) -> Plan:
         """The plan with groups of r (sets r; the K in use is kept)."""
         self.r = r
         plan = self._plan_groups(self._n, self._k_parts, r)
-        self._use(self.k)
+        self._use(self.current)
+        self._memory = self._lazy_rounds(self._memory)
         return plan
 
-    def _use(self, k: int) -> None:
-        self.k = k
-        self.p = erasure_probability(self._n, self.r, k)
+    def _use(self, choice: Choice) -> None:
+        self.k = choice.k
+        self.xi = choice.xi
+        self.p = erasure_probability(self._n, self.r, choice.k)
         self.scale = 1.0 / (1.0 - self.p) if self.scaled else 1.0
+        if self._memory is not None and choice.lazy:
+            self._memory.history.xi = choice.xi
+
+    def decides_by_order(self) -> bool:
+        # Lazy rounds step with stale messages, which an order of arrivals cannot tell.
+        return not self.weights
 
     def deliberation(
         self, t: int, theta: np.ndarray
     ) -> Callable[[], tuple[int, Choice, str]] | None:
         """At round ``first``, then ``window`` rounds after the latest decision began: the
-        chooser's call on copies of θ_t and the last rounds' records (slow: the coordinator
-        runs it in a thread while rounds go on); :meth:`settle` takes its answer."""
+        chooser's call on copies of θ_t, the last rounds' records and the lazy rounds'
+        memory (slow: the coordinator runs it in a thread while rounds go on);
+        :meth:`settle` takes its answer."""
         if (
             self.chooser is None
             or len(self._records) < MIN_LIVE_ROUNDS
@@ -215,9 +296,10 @@ class Auto(ErasureHead):
         self._asked = t
         chooser, current, options = self.chooser, self.current, self.options()
         records, point = list(self._records), np.array(theta, copy=True)
+        memory = self._memory.state() if self._memory is not None else None
 
         def decide() -> tuple[int, Choice, str]:
-            choice, why = chooser.choose(t, point, records, current, options)
+            choice, why = chooser.choose(t, point, records, current, options, memory)
             return t, choice, why
 
         return decide
@@ -250,13 +332,51 @@ class Auto(ErasureHead):
                     f"auto: round {t} is to run with r={choice.r} but the plan has r={self.r}: "
                     "the driver must call replan() and move the data before begin_round()"
                 )
+            if choice.lazy and self._memory is None:
+                raise PlanError(f"auto: {choice} is lazy, but lazy=none or the job is not bound")
             if choice != self._ran:
-                self._use(choice.k)
+                self._use(choice)
                 since = f"; looked ahead from round {asked}" if asked != t else ""
                 self._note = f"auto: {self._ran} -> {choice} ({why}{since})"
                 self.switches += 1
         self._ran = self.current  # what the last round ran: a switch is told against it
-        return super().begin_round(t, theta)
+        spec = super().begin_round(t, theta)  # (eager rounds' state; lazy ones leave it)
+        if self._memory is None:
+            return spec
+        if self.xi > 0:
+            return self._memory.begin_round(t, theta)
+        self._memory.follow(t, theta)
+        return spec
+
+    def offer(self, worker: int, payload: np.ndarray | None) -> bool:
+        if self.xi > 0:
+            assert self._memory is not None
+            return self._memory.offer(worker, payload)
+        used = len(self._used)
+        done = super().offer(worker, payload)
+        if self._memory is not None and len(self._used) > used:  # its group's first
+            first = self._first[worker // self._r]
+            assert first is not None
+            self._memory.keep(worker, first)
+        return done
+
+    def decode(self) -> Estimate:
+        if self.xi > 0:
+            assert self._memory is not None
+            return self._memory.decode()
+        return super().decode()
+
+    def feasible(self, outstanding: frozenset[int]) -> bool:
+        if self.xi > 0:
+            assert self._memory is not None
+            return self._memory.feasible(outstanding)
+        return super().feasible(outstanding)
+
+    def superseded(self) -> frozenset[int]:
+        if self.xi > 0:
+            assert self._memory is not None
+            return self._memory.superseded()
+        return super().superseded()
 
     def observe(self, record: RoundRecord) -> None:
         self._records.append(record)
@@ -265,7 +385,11 @@ class Auto(ErasureHead):
         return self._note
 
     def state(self) -> dict[str, Any]:
-        return {"k": self.k, "r": self.r}  # in use: a resumed job goes on with them
+        # In use, so a resumed job goes on with them; and what lazy rounds go on from.
+        state: dict[str, Any] = {"k": self.k, "r": self.r, "xi": self.xi}
+        if self._memory is not None:
+            state["lazy"] = self._memory.state()
+        return state
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         k = state.get("k")
@@ -274,7 +398,18 @@ class Auto(ErasureHead):
         r = state.get("r", self.r)  # checkpoints before r could change hold only K
         if not (isinstance(r, int) and r >= 1 and self._n % r == 0):
             raise ConfigError(f"auto: the checkpoint's r={r!r} does not divide n={self._n}")
+        xi = state.get("xi", 0.0)  # checkpoints before lazy choices: eager
+        if not (isinstance(xi, int | float) and xi >= 0 and math.isfinite(xi)):
+            raise ConfigError(f"auto: the checkpoint's xi={xi!r} is not a weight >= 0")
+        if xi > 0 and not self.weights:
+            raise ConfigError(
+                f"auto: the checkpoint ran lazy rounds (xi={xi:g}) but this job has lazy=none: "
+                "resume with the job's lazy option as it was"
+            )
         if r != self.r:  # the job is assigned with the r it ran with (read replan())
             self._replanned = self._regroup(r)
-        self._use(k)
+        self._use(Choice(r, k, float(xi)))
+        lazy = state.get("lazy")
+        if self._memory is not None and isinstance(lazy, Mapping):
+            self._memory.load_state(lazy)
         self._ran = self.current

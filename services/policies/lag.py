@@ -98,6 +98,7 @@ class LazyPolicy(Policy, ABC):
         self._theta_hat: np.ndarray | None = None  # (units, dim): θ at that message
         self._theta: np.ndarray | None = None  # θᵏ of the running round
         self._t = -1
+        self._rounds = 0  # rounds begun (the warm-up counts them; a restored state goes on)
         self._fresh: set[int] = set()  # units refreshed this round
         self.smoothness = np.zeros(0)  # L per unit (the lag-ps rule), set by bind()
         self.uploads_total = 0
@@ -125,6 +126,7 @@ class LazyPolicy(Policy, ABC):
 
         return {
             "t": self._t,
+            "rounds": self._rounds,
             "latest": copy(self._latest),
             "has": self._has.copy(),
             "theta_hat": copy(self._theta_hat),
@@ -144,6 +146,7 @@ class LazyPolicy(Policy, ABC):
                 f"this plan has {self._units}"
             )
         self._t = int(state["t"])
+        self._rounds = int(state.get("rounds", self._t + 1))  # (older checkpoints: t + 1)
         self._latest = None if latest is None else np.array(latest, dtype=np.float64)
         self._theta_hat = None if theta_hat is None else np.array(theta_hat, dtype=np.float64)
         self._has = has.copy()
@@ -167,11 +170,13 @@ class LazyPolicy(Policy, ABC):
         self.history.observe(theta)
         self._theta = np.array(theta, dtype=np.float64, copy=True)
         self._t = t
+        self._rounds += 1
         self._fresh = set()
 
     def warming_up(self) -> bool:
-        """Every unit refreshes during the first D rounds."""
-        return self._t < self.D
+        """Every unit refreshes during the first D rounds (of the job: a state restored by
+        :meth:`load_state` has its rounds behind it)."""
+        return self._rounds <= self.D
 
     def rhs(self) -> float:
         ctx = self._ctx()

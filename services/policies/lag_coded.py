@@ -109,6 +109,23 @@ class GroupLag(LazyPolicy):
             self._used[g] = worker
         return len(self._used) == len(self._selected)
 
+    def follow(self, t: int, theta: np.ndarray) -> None:
+        """Round t is run by another rule on the same groups (``auto``'s eager rounds):
+        keep the θ history, and take the group messages it gets with :meth:`keep`, so a
+        switch to lazy rounds goes on from them."""
+        self._start(t, theta, int(theta.shape[0]))
+        self._seen = set()
+        self._selected = frozenset()
+        self._used = {}
+
+    def keep(self, worker: int, payload: np.ndarray) -> None:
+        """A followed round's message from ``worker``, computed at that round's θ: its
+        group's latest, unless the group already has this round's."""
+        g = self._group[worker]
+        if g not in self._fresh:
+            assert self._latest is not None
+            self._store(g, check_payload(self.name, worker, payload, self._latest.shape[1]))
+
     def superseded(self) -> frozenset[int]:
         """The other members of every group whose first message arrived."""
         return frozenset(w for g in self._used for w in self.groups[g] if w not in self._seen)

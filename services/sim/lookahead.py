@@ -41,17 +41,19 @@ import contextlib
 import dataclasses
 import importlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from codedgd.services.data.dataset import take_rows
 from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.job.prepare import Prepared
+from codedgd.services.job.prepare import Prepared, job_context
 from codedgd.services.models import objective
 from codedgd.services.policies.auto import Choice
-from codedgd.services.policies.base import Plan
+from codedgd.services.policies.base import JobContext, Plan, Policy
+from codedgd.services.policies.lag import DEFAULT_D
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import CostModel, move_seconds
@@ -108,6 +110,7 @@ class Lookahead:
         self.memory = memory
         self.rows = rows  # most training rows a decision simulates on (see _sampled)
         self._sample: tuple[Prepared, float] | None = None
+        self._contexts: dict[bool, JobContext] = {}  # (whole data?) -> a lazy rule's binding
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
@@ -226,6 +229,65 @@ class Lookahead:
         nbytes = [sum(sizes[p] for p in parts) for parts in current.lacking(target)]
         return move_seconds(cost, nbytes)
 
+    def _rule(
+        self, choice: Choice, data: Prepared, whole: bool, memory: Mapping[str, Any] | None
+    ) -> tuple[str, dict[str, Any], Policy, Plan]:
+        """(name, options, policy, plan) of the rule ``choice`` runs, on ``data``.
+
+        Eager: erasurehead with groups of r and stop rule K. Lazy: g-lag on the same
+        groups, going on from the job's lazy rounds (``memory``: each group's θ̂ and the
+        θ history): each group's latest message is recomputed on ``data`` at its θ̂ (on a
+        sample of rows the job's own messages are sums over other rows), and groups of
+        another r than the memory's start with none (the first round asks them all)."""
+        n = self.config.workers
+        if not choice.lazy:
+            scaled = bool(getattr(self.prepared.policy, "scaled", True))
+            options: dict[str, Any] = {"r": choice.r, "K": choice.k, "scaled": scaled}
+            eager = create("erasurehead", options)
+            return "erasurehead", options, eager, eager.plan(n, len(data.blocks))
+        if memory is None:
+            raise CodedGDError(f"auto: {choice} is lazy, but the decision has no lazy memory")
+        depth = int(getattr(self.prepared.policy, "D", DEFAULT_D))
+        options = {"s": choice.r - 1, "xi": choice.xi, "D": depth}
+        lazy = create("g-lag", options)
+        plan = lazy.plan(n, len(data.blocks))
+        lazy.bind(self._context_of(data, whole))
+        units = n // choice.r
+        held = np.asarray(memory["has"], dtype=bool)
+        if held.shape == (units,) and memory.get("theta_hat") is not None:
+            theta_hat = np.asarray(memory["theta_hat"], dtype=np.float64)
+            latest = np.zeros_like(theta_hat)
+            ds, model = data.dataset, data.model
+            for u in np.flatnonzero(held):
+                rows = np.concatenate(
+                    [data.blocks[p] for p in plan.workers[u * choice.r].partitions]
+                )
+                latest[u] = model.grad_sum(
+                    theta_hat[u], take_rows(ds.X_train, rows), ds.y_train[rows]
+                )
+            state = {**memory, "latest": latest, "theta_hat": theta_hat, "has": held}
+        else:
+            state = {**memory, "latest": None, "theta_hat": None, "has": np.zeros(units, bool)}
+        lazy.load_state(state)
+        return "g-lag", options, lazy, plan
+
+    def _context_of(self, data: Prepared, whole: bool) -> JobContext:
+        """What a lazy rule is bound to on ``data`` (its smoothness constants remembered:
+        they are eigenvalues, and every decision binds several rules)."""
+        if whole not in self._contexts:
+            ds = data.dataset
+            context = job_context(self.config, data.model, ds, data.blocks, data.lr)
+            known: dict[tuple[int, ...], float] = {}
+
+            def smoothness(partitions: Sequence[int]) -> float:
+                key = tuple(partitions)
+                if key not in known:
+                    known[key] = context.smoothness(partitions)
+                return known[key]
+
+            self._contexts[whole] = dataclasses.replace(context, smoothness=smoothness)
+        return self._contexts[whole]
+
     def _curve(
         self,
         seed: int,
@@ -238,17 +300,15 @@ class Lookahead:
         goal: float = -math.inf,
         settle: int = 0,
         whole: bool = False,
+        memory: Mapping[str, Any] | None = None,
     ) -> list[tuple[float, float]]:
         """(virtual seconds, loss) of ``choice`` from θ: ``rounds`` rounds, or until it has
         used ``until`` seconds without reaching loss ``goal``, or reached it and gone on
         for ``settle`` more rounds (to tell a loss that stays there from a noisy dip). On
-        the sample of rows, or with ``whole``, on all of them."""
-        n = self.config.workers
-        scaled = bool(getattr(self.prepared.policy, "scaled", True))
-        options = {"r": choice.r, "K": choice.k, "scaled": scaled}
-        candidate = create("erasurehead", options)
-        plan = candidate.plan(n, len(self.prepared.blocks))
+        the sample of rows, or with ``whole``, on all of them. A lazy choice goes on from
+        ``memory`` (see :meth:`_rule`)."""
         data = self.prepared if whole else self._sampled()[0]
+        name, options, candidate, plan = self._rule(choice, data, whole, memory)
         prepared = dataclasses.replace(
             data, policy=candidate, plan=plan, theta0=np.array(theta, copy=True)
         )
@@ -257,7 +317,7 @@ class Lookahead:
             target_loss=None,
             eval_every=1,
             init_from=None,
-            policy=Component("erasurehead", options),
+            policy=Component(name, options),
             stragglers=Component("none", {}),
         )
         # The vectorized engine where it can (most jobs); mini-batch rounds on the events one.
@@ -293,6 +353,7 @@ class Lookahead:
         records: Sequence[RoundRecord],
         current: Choice,
         choices: Sequence[Choice],
+        memory: Mapping[str, Any] | None = None,
     ) -> tuple[Choice, str]:
         try:
             seen = dataclasses.replace(
@@ -314,14 +375,18 @@ class Lookahead:
         # for: with one not heard from lately, its delay is unknown (its censored value
         # is only a bound), and the simulator would take it for a typical worker.
         unheard = [w for w in range(self.config.workers) if self._heard[w] < self.decisions - 5]
-        others = [c for c in choices if c != current and not (unheard and c.r < current.r)]
+        others = [
+            c
+            for c in choices
+            if c != current and not (unheard and c.r < current.r) and (memory or not c.lazy)
+        ]
         spans: list[float] = []
         goals: list[float] = []
         first: list[tuple[float, float]] = []  # the current rule's curve, first replay
         taken: dict[Choice, list[float]] = {c: [] for c in others}
         for replay in range(self.replays):  # the same replayed delays for every choice
             seed = t * self.replays + replay
-            curve = self._curve(seed, theta, current, delays, cost, horizon)
+            curve = self._curve(seed, theta, current, delays, cost, horizon, memory=memory)
             first = first or curve
             span, goal = _progress(curve, start_loss)
             spans.append(span)
@@ -329,7 +394,16 @@ class Lookahead:
             for c in others:
                 budget = span / (1.0 - self.margin)
                 trial = self._curve(
-                    seed, theta, c, delays, cost, 20 * horizon, budget, goal, horizon // 2
+                    seed,
+                    theta,
+                    c,
+                    delays,
+                    cost,
+                    20 * horizon,
+                    budget,
+                    goal,
+                    horizon // 2,
+                    memory=memory,
                 )
                 taken[c].append(_reached(trial, goal))
         self.decisions += 1
@@ -343,7 +417,9 @@ class Lookahead:
             pace_start = float(objective(model, theta, whole.X_train, whole.y_train))
             on_all = self._cost(records, obs.median_compute(), whole=True)
             seed = t * self.replays
-            pace = self._curve(seed, theta, current, delays, on_all, horizon, whole=True)
+            pace = self._curve(
+                seed, theta, current, delays, on_all, horizon, whole=True, memory=memory
+            )
         remaining = self._remaining(t, pace_start, pace) * span / horizon
         tau = {c: float(np.mean(v)) for c, v in taken.items()}
         moves = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}

@@ -19,7 +19,7 @@ import pytest
 def test_auto_switches_on_a_real_cluster_and_says_so(tmp_path: Path, batch: list[str]) -> None:
     rounds, stderr = _run(
         tmp_path, "auto", "-r", "30", "--policy", "auto", "--param", "window=30",
-        "--param", "choices=2", "--param", "sizes=2",
+        "--param", "choices=2", "--param", "sizes=2", "--param", "lazy=none",
         "--stragglers", "exponential", "--straggler-opt", "mean=0.02", *batch,
     )  # fmt: skip
     notes = [(r["round"], r["note"]) for r in rounds if r.get("note")]
@@ -32,6 +32,28 @@ def test_auto_switches_on_a_real_cluster_and_says_so(tmp_path: Path, batch: list
     assert all(r["uploads"] <= 2 for r in rounds[at:] if r["cancelled"] > 0)
     # Said on the terminal, above the progress bar (even without one, and without -v).
     assert f"round {at}: auto: r=2 K=4 -> r=2 K=2 (" in stderr
+
+
+def test_auto_switches_to_lazy_rounds_on_a_real_cluster(tmp_path: Path) -> None:
+    # Exact rounds (K = n) or g-lag's lazy rounds (xi = 10) on the same groups; a short
+    # warm-up (D = 2) so the first decision (round 5) can already see lazy rounds pay.
+    rounds, stderr = _run(
+        tmp_path, "lazy", "-r", "40", "--policy", "auto", "--param", "window=30",
+        "--param", "first=5", "--param", "choices=4", "--param", "sizes=2",
+        "--param", "lazy=10", "--param", "D=2",
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.02",
+    )  # fmt: skip
+    notes = [(r["round"], r["note"]) for r in rounds if r.get("note")]
+    assert len(notes) == 1 and notes[0][0] > 5, notes
+    at, note = notes[0]
+    assert note.startswith("auto: r=2 K=4 -> r=2 lazy xi=10 (saves ")
+    assert f"round {at}: auto: r=2 K=4 -> r=2 lazy xi=10 (" in stderr
+    # Exact rounds hear from both groups; lazy ones ask only the groups whose trigger
+    # fires (some rounds none), and step with the others' last messages.
+    assert all(r["uploads"] >= 2 and r["exact"] for r in rounds[:at])
+    lazy = rounds[at:]
+    assert any(r["uploads"] < 2 for r in lazy) and sum(r["uploads"] for r in lazy) < 2 * len(lazy)
+    assert rounds[-1]["loss"] < rounds[at - 1]["loss"]
 
 
 def _run(tmp_path: Path, name: str, *args: str) -> tuple[list[dict[str, Any]], str]:

@@ -11,11 +11,13 @@ import pytest
 
 from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.job.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from codedgd.services.job.prepare import prepare
 from codedgd.services.policies.auto import Auto, Choice
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
+from codedgd.services.sim.engines import make_simulator
 from codedgd.services.sim.lookahead import Lookahead, _subsample
 
 
@@ -33,7 +35,9 @@ class Scripted:
         records: Sequence[RoundRecord],
         current: Choice,
         choices: Sequence[Choice],
+        memory: object = None,
     ) -> tuple[Choice, str]:
+        self.memory = memory
         self.asked.append((t, len(records), current))
         assert current in choices or current.k not in {c.k for c in choices}
         return self.script.get(t, current), "scripted"
@@ -76,7 +80,7 @@ def test_it_starts_exact_and_switches_only_when_due_and_told() -> None:
     assert notes[5] == "auto: r=2 K=8 -> r=2 K=4 (scripted)"
     assert notes[15] == "auto: r=2 K=4 -> r=2 K=8 (scripted)"
     assert [t for t, n in notes.items() if n] == [5, 15] and policy.switches == 2
-    assert policy.state() == {"k": 8, "r": 2} and policy.moves == 0
+    assert policy.state() == {"k": 8, "r": 2, "xi": 0.0} and policy.moves == 0
 
 
 def test_a_decision_that_finishes_rounds_later_takes_effect_then_and_the_next_starts_from_it() -> (
@@ -139,7 +143,7 @@ def test_a_new_group_size_is_a_new_plan_that_ships_only_what_workers_lack() -> N
         (4, 5),
     )
     assert plans[5].lacking(plans[10]) == ((),) * 8
-    assert policy.state() == {"k": 6, "r": 1}
+    assert policy.state() == {"k": 6, "r": 1, "xi": 0.0}
     # r = 1, K = 6: ignore-stragglers, each worker its own partition.
     assert _offer_all(policy, [7, 6, 5, 4, 3, 2]) == 6
     np.testing.assert_allclose(policy.decode().gradient, 6 * np.ones(3) * policy.scale)
@@ -166,7 +170,7 @@ def test_k_n_is_frc_and_a_smaller_k_is_erasurehead() -> None:
     order = [0, 2, 4, 6, 1, 3, 5, 7]  # one of every group after 4 arrivals
     assert _offer_all(auto, order) == 4  # K = n: done once every group has one, as frc
     assert auto.decode().exact
-    auto._use(2)
+    auto._use(Choice(2, 2))
     assert _offer_all(auto, order) == 2  # K = 2: erasurehead's early stop
     est = auto.decode()
     assert not est.exact and auto.scale > 1.0
@@ -176,7 +180,7 @@ def test_k_n_is_frc_and_a_smaller_k_is_erasurehead() -> None:
 def test_a_checkpoint_keeps_the_r_and_k_in_use() -> None:
     a = create("auto", {})
     a.plan(8, 8)
-    a._use(4)  # type: ignore[attr-defined]
+    a._use(Choice(2, 4))  # type: ignore[attr-defined]
     b = create("auto", {})
     b.plan(8, 8)
     b.load_state(a.state())
@@ -185,11 +189,11 @@ def test_a_checkpoint_keeps_the_r_and_k_in_use() -> None:
     b.load_state({"k": 8, "r": 4})
     plan = b.replan()
     assert plan is not None and plan.workers[0].partitions == (0, 1, 2, 3)
-    assert b.replan() is None and b.state() == {"k": 8, "r": 4}
+    assert b.replan() is None and b.state() == {"k": 8, "r": 4, "xi": 0.0}
     b.load_state({"k": 8, "r": 4})  # the descent loads it again: nothing more to move
     assert b.replan() is None
     b.load_state({"k": 8})  # a checkpoint from before r could change: r stays
-    assert b.state() == {"k": 8, "r": 4}
+    assert b.state() == {"k": 8, "r": 4, "xi": 0.0}
     with pytest.raises(ConfigError, match=r"K=99 is not in 1\.\.n=8"):
         b.load_state({"k": 99})
     with pytest.raises(ConfigError, match=r"r=3 does not divide n=8"):
@@ -250,7 +254,7 @@ def test_choices_without_n_force_the_first_decision() -> None:
         rounds=12,
         seed=1,
         data=Component("synthetic", {"rows": 400, "dim": 5}),
-        policy=Component("auto", {"r": 2, "window": 5, "choices": "2"}),
+        policy=Component("auto", {"r": 2, "window": 5, "choices": "2", "lazy": "none"}),
         stragglers=Component("exponential", {"mean": 0.05}),
     )
     records = simulate(config, CostModel.ideal()).records
@@ -259,7 +263,8 @@ def test_choices_without_n_force_the_first_decision() -> None:
 
 
 def _slow_pair_job(tmp_path: Path, **options: object) -> JobConfig:
-    """Workers 0 and 1 (one group of r = 2) are 2 s late in every round."""
+    """Workers 0 and 1 (one group of r = 2) are 2 s late in every round. Eager rules
+    only (lazy=none): these tests are about groups and data moves."""
     trace = tmp_path / "slow-pair.json"
     rows = [[2.0, 2.0] + [0.01 + 0.001 * w for w in range(6)] for _ in range(40)]
     trace.write_text(json.dumps({"delays": rows}))
@@ -269,7 +274,7 @@ def _slow_pair_job(tmp_path: Path, **options: object) -> JobConfig:
         seed=3,
         optimizer={"lr": 0.3},
         data=Component("synthetic", {"rows": 1600, "dim": 20}),
-        policy=Component("auto", {"r": 2, "window": 10, "choices": "8", **options}),
+        policy=Component("auto", {"r": 2, "window": 10, "choices": "8", "lazy": "none", **options}),
         stragglers=Component("trace", {"path": str(trace)}),
     )
 
@@ -398,3 +403,111 @@ def test_a_large_job_is_looked_ahead_on_a_sample_of_its_rows_that_decides_alike(
         decisions.append((choice, float(why.split(" needs ")[1].split(" s ")[0])))
     assert decisions[0][0] == decisions[1][0] == Choice(4, 8)
     assert decisions[0][1] == pytest.approx(decisions[1][1], rel=0.05)  # r=2's seconds
+
+
+def _lazy_job(**options: object) -> JobConfig:
+    return JobConfig(
+        workers=8,
+        rounds=30,
+        seed=5,
+        optimizer={"lr": 0.3},
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        policy=Component("auto", {"r": 2, "window": 50, **options}),
+        stragglers=Component("exponential", {"mean": 0.05}),
+    )
+
+
+def test_its_lazy_rounds_are_g_lags_going_on_from_its_eager_rounds() -> None:
+    # auto runs exact rounds (K = n) to round 9, then switches to lazy xi=10: g-lag's
+    # first D = 10 rounds ask every group and take each one's first arrival, which is
+    # exactly what the exact rounds did, so from there on the two are the same descent.
+    config = _lazy_job(first=10)
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    prepared = prepare(config, None)
+    auto = prepared.policy
+    assert isinstance(auto, Auto)
+    auto.attach(Scripted({10: (2, 8, 10.0)}))
+    records = make_simulator(config, cost, prepared=prepared, engine="events").run().records
+    assert [(r.round, r.note) for r in records if r.note] == [
+        (10, "auto: r=2 K=8 -> r=2 lazy xi=10 (scripted)")
+    ]
+    glag = config.replace(policy=Component("g-lag", {"s": 1, "xi": 10.0}))
+    reference = make_simulator(glag, cost, engine="events").run().records
+    assert [r.loss for r in records] == pytest.approx([r.loss for r in reference], rel=1e-12)
+    # (Eager rounds count the arrivals until every group has one; g-lag cancels the rest
+    # of a group at its first.) Lazy rounds ask only the groups whose trigger fires.
+    assert [r.uploads for r in records[10:]] == [r.uploads for r in reference[10:]]
+    assert all(r.uploads >= 4 for r in records[:10])
+    assert sum(r.uploads for r in records[10:]) < 4 * 20
+    # The look-ahead is handed the lazy rounds' memory: a group message each, and θ's moves.
+    memory = auto.chooser.memory  # type: ignore[union-attr]
+    assert memory is not None and np.asarray(memory["has"]).all() and len(memory["moves"]) == 9
+
+
+def test_a_checkpoint_keeps_the_lazy_rounds_memory(tmp_path: Path) -> None:
+    config = _lazy_job(first=10)
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    prepared = prepare(config.replace(rounds=20), None)
+    prepared.policy.attach(Scripted({10: (2, 8, 10.0)}))  # type: ignore[attr-defined]
+    make_simulator(config.replace(rounds=20), cost, prepared=prepared).run()
+    cut = prepared.policy
+    # A fresh auto loaded from the cut job's state runs round 20 as the full job did.
+    fresh = prepare(config, None).policy
+    assert isinstance(fresh, Auto) and isinstance(cut, Auto)
+    path = write_checkpoint(tmp_path / "ckpt", Checkpoint("job", 19, {"policy": cut.state()}))
+    state = read_checkpoint(path).state["policy"]  # (as a resumed job reads it)
+    fresh.load_state(state)
+    assert fresh.current == Choice(2, 8, 10.0) and state["lazy"]["rounds"] == 20
+    theta = np.linspace(-1.0, 1.0, 20)
+    asked = [p.begin_round(20, theta).workers for p in (cut, fresh)]
+    assert asked[0] == asked[1]
+    with pytest.raises(ConfigError, match="lazy=none"):
+        prepare(config.replace(policy=Component("auto", {"lazy": "none"})), None).policy.load_state(
+            state
+        )
+
+
+def test_bad_lazy_weights_are_refused() -> None:
+    with pytest.raises(ConfigError, match="give trigger weights xi > 0"):
+        create("auto", {"lazy": "ten"})
+    with pytest.raises(ConfigError, match=r"lazy weights \[0.0\] are not > 0"):
+        create("auto", {"lazy": "0,10"})
+
+
+def test_the_look_ahead_runs_lazy_rules_from_the_jobs_own_messages() -> None:
+    config = _lazy_job(first=10)
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    prepared = prepare(config.replace(rounds=20), None)
+    auto = prepared.policy
+    assert isinstance(auto, Auto)
+    auto.attach(Scripted({10: (2, 8, 10.0)}))
+    make_simulator(config.replace(rounds=20), cost, prepared=prepared).run()
+    memory = auto.state()["lazy"]
+    look = Lookahead(config, prepared, cost)
+    # On all rows, each group's message recomputed at its θ̂ is the one the job holds.
+    _, options, rule, _ = look._rule(Choice(2, 8, 1.0), prepared, True, memory)
+    assert options == {"s": 1, "xi": 1.0, "D": 10}
+    for g in range(4):
+        np.testing.assert_allclose(rule.latest(g), memory["latest"][g], rtol=1e-12)  # type: ignore[attr-defined]
+    assert not rule.warming_up()  # type: ignore[attr-defined]
+    # Groups of another size start with no message: the first round asks them all.
+    _, _, other, _ = look._rule(Choice(4, 8, 10.0), prepared, True, memory)
+    spec = other.begin_round(20, np.zeros(prepared.dim))
+    assert spec.workers == tuple(range(8))
+
+
+def test_on_the_simulator_it_switches_to_lazy_rounds_when_they_pay() -> None:
+    # Exponential delays on every worker: lazy rounds wait for the few groups whose
+    # trigger fired and step with the others' last messages.
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    runs = {}
+    for lazy in ("1,10", "none"):
+        config = _lazy_job(lazy=lazy, window=10).replace(rounds=80)
+        runs[lazy] = simulate(config, cost).records
+    notes = [r.note for r in runs["1,10"] if r.note]
+    assert any(" -> r=1 lazy xi=10 (" in note for note in notes), notes
+    assert not any("lazy" in r.note for r in runs["none"])
+    # It gets to where the eager rules alone end, in less (simulated) time.
+    goal = runs["none"][-1].loss
+    reached = next(r for r in runs["1,10"] if r.loss <= goal)
+    assert reached.wall_seconds < 0.8 * runs["none"][-1].wall_seconds
