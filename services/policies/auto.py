@@ -1,25 +1,36 @@
-"""``auto``: groups of workers that share partitions, with the group size r and the stop
-rule K chosen online by a look-ahead.
+"""``auto``: groups of workers that share partitions, with the group size r and the round's
+rule chosen online by a look-ahead.
 
-Groups of r workers share r partitions (frc's and erasurehead's placement). A round waits
-for the K-th arrival or until every group has one (K = n: exact, frc with s = r − 1;
-smaller K: erasurehead's early stop, unbiased by the 1/(1−p) rescaling; r = 1 is uncoded
-or ignore-stragglers). The job starts at the configured r with K = n. At round ``first``
-and then every ``window`` rounds an attached chooser (the coordinator and the simulator attach
-:class:`codedgd.services.sim.lookahead.Lookahead`) refits the delays of the last rounds,
-simulates the next rounds from the current θ under every candidate (r, K) in
-``sizes`` × ``choices``, and the policy switches to the one predicted to save the most
-time over the job's remaining rounds, net of the cost of moving data. The decision is a
-:meth:`deliberation`: the coordinator runs it in a thread while the rounds go on, and it
-takes effect at the first round after it has finished (the note names the round whose θ
-it started from); the simulator takes it at once.
+Groups of r workers share r partitions (frc's, erasurehead's and g-lag's placement). An
+eager round waits for the K-th arrival or until every group has one (K = n: exact, frc
+with s = r − 1; smaller K: erasurehead's early stop, unbiased by the 1/(1−p) rescaling;
+r = 1 is uncoded or ignore-stragglers). A lazy round (a trigger weight ξ in ``lazy``) is
+g-lag's with s = r − 1: only the groups whose LAG trigger fires are asked, each one's
+first arrival used, and the step takes the other groups' last messages. Auto keeps a
+g-lag on its groups that follows the eager rounds too (each group's latest message and
+the θ it was computed at, θ's moves), so a switch to lazy rounds goes on from them and
+a switch back needs nothing; LAG's warm-up (every group asked, the first D rounds)
+counts the job's rounds of either kind. The job starts at the configured r with K = n.
+At round ``first`` and then every ``window`` rounds an attached chooser (the coordinator
+and the simulator attach :class:`codedgd.services.sim.lookahead.Lookahead`) refits the
+delays of the last rounds, simulates the next rounds from the current θ under every
+candidate: (r, K) in ``sizes`` × ``choices`` and (r, ξ) in ``sizes`` × ``lazy`` (with
+lazy choices, a decision is also due at round D, when their warm-up ends), and the
+policy switches to the one predicted to save the most time over the job's remaining
+rounds, net of the cost of moving data. The decision is a :meth:`deliberation`: the
+coordinator runs it in a thread while the rounds go on, and it takes effect at the
+first round after it has finished (the note names the round whose θ it started from);
+the simulator takes it at once.
 
-Changing K needs no data movement. Changing r does: the groups change, and each worker
-needs the partitions of its new group. :meth:`replan` hands the drivers the new plan; the
-coordinator ships every worker only the partitions it lacks between two rounds (going to
-a smaller r ships nothing) and times it, the simulator charges it on its clock. Every
-switch is said (:meth:`round_note`: logged, counted, written into the round's record),
-and a checkpoint keeps the (r, K) in use, so a resumed job is assigned with that r.
+Changing K or ξ needs no data movement. Changing r does: the groups change, and each
+worker needs the partitions of its new group (the lazy rounds' messages start afresh).
+:meth:`replan` hands the drivers the new plan; the coordinator ships every worker only
+the partitions it lacks between two rounds (going to a smaller r ships nothing) and
+times it, the simulator charges it on its clock. Every switch is said
+(:meth:`round_note`: logged, counted, written into the round's record), and a checkpoint
+keeps the rule in use and the lazy rounds' memory, so a resumed job is assigned with
+that r and goes on as it would have. With lazy choices the simulator runs the job on its
+events engine (stale messages are no order of arrivals).
 
 Without a chooser (a policy object used alone) it stays at (r, n).
 """
@@ -280,7 +291,8 @@ class Auto(ErasureHead):
     def deliberation(
         self, t: int, theta: np.ndarray
     ) -> Callable[[], tuple[int, Choice, str]] | None:
-        """At round ``first``, then ``window`` rounds after the latest decision began: the
+        """At round ``first``, then ``window`` rounds after the latest decision began (and
+        with lazy choices, at round D, when their warm-up ends, if none began there): the
         chooser's call on copies of θ_t, the last rounds' records and the lazy rounds'
         memory (slow: the coordinator runs it in a thread while rounds go on);
         :meth:`settle` takes its answer."""
@@ -290,7 +302,10 @@ class Auto(ErasureHead):
             or self._pending is not None
         ):
             return None  # (a settled choice not yet taken: the next looks ahead from it)
-        due = t >= self.first if self._asked is None else t - self._asked >= self.window
+        # Lazy rules ask every group until round D (LAG's warm-up): a decision before it
+        # sees them no faster than exact rounds, so one more is due when it ends.
+        warm = bool(self.weights) and self._asked is not None and self._asked < self.D <= t
+        due = t >= self.first if self._asked is None else t - self._asked >= self.window or warm
         if not due:
             return None
         self._asked = t

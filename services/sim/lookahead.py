@@ -1,4 +1,4 @@
-"""The ``auto`` policy's look-ahead: which (r, K) saves the most time, simulated from here.
+"""The ``auto`` policy's look-ahead: which rule saves the most time, simulated from here.
 
 Every ``window`` rounds :meth:`Lookahead.choose` refits the delays of the last rounds
 (:func:`~codedgd.services.stragglers.fitted.observe`, censored fits, resampled replay;
@@ -10,7 +10,9 @@ same replayed delays (a paired comparison), ``replays`` times:
 
 1. the current (r, K) for ``horizon`` rounds: it gets from the current loss to L (its
    lowest) in T seconds;
-2. every other candidate (erasurehead with groups of r and stop rule K) until it reaches
+2. every other candidate (erasurehead with groups of r and stop rule K, or g-lag on
+   groups of r with trigger weight ξ, going on from the job's lazy memory: see
+   :meth:`Lookahead._rule`) until it reaches
    L, or has used T / (1 − margin) seconds (beyond that it cannot win), and for
    horizon / 2 rounds more once it has: τ seconds to get below L **and stay there** (an
    approximate rule at its noise floor dips below a loss and back; it does not count).

@@ -52,6 +52,8 @@ def not_vectorizable(config: JobConfig, prepared: Prepared, cost: CostModel) -> 
     if prepared.plan.topology.kind != "star":
         return f"its topology is a {prepared.plan.topology.kind}, not a star"
     if not prepared.policy.decides_by_order():
+        if config.policy.name == "auto":  # (its lazy rounds: the only reason it cannot)
+            return "auto's lazy rounds step with stale messages (--param lazy=none: eager only)"
         return f"policy {config.policy.name!r} reads the results' values to decode"
     if config.stragglers.name == "crash":
         return "the straggler model crashes workers (replacements are played event by event)"

@@ -231,7 +231,7 @@ def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded(
         seed=3,
         optimizer={"lr": 0.3},
         data=Component("synthetic", {"rows": 1600, "dim": 20}),
-        policy=Component("auto", {"r": 2, "window": 10, "sizes": "2"}),
+        policy=Component("auto", {"r": 2, "window": 10, "sizes": "2", "lazy": "none"}),
         stragglers=Component("trace", {"path": str(trace)}),
         batch_size=batch_size,
     )
@@ -511,3 +511,21 @@ def test_on_the_simulator_it_switches_to_lazy_rounds_when_they_pay() -> None:
     goal = runs["none"][-1].loss
     reached = next(r for r in runs["1,10"] if r.loss <= goal)
     assert reached.wall_seconds < 0.8 * runs["none"][-1].wall_seconds
+
+
+@pytest.mark.parametrize(("lazy", "asked"), [("1,10", [2, 6, 16]), ("none", [2, 12, 22])])
+def test_with_lazy_choices_a_decision_is_due_when_their_warm_up_ends(
+    lazy: str, asked: list[int]
+) -> None:
+    # Lazy rules ask every group for D rounds: a decision before then sees them no
+    # faster than exact rounds, so another is due at round D.
+    policy = create("auto", {"window": 10, "D": 6, "lazy": lazy})
+    assert isinstance(policy, Auto)
+    policy.plan(8, 8)
+    chooser = Scripted({})
+    policy.attach(chooser)
+    for t in range(25):
+        policy.between_rounds(t, np.zeros(3))
+        policy.begin_round(t, np.zeros(3))
+        policy.observe(_record(t))
+    assert [a[0] for a in chooser.asked] == asked
