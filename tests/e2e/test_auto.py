@@ -78,13 +78,13 @@ def _run(tmp_path: Path, name: str, *args: str) -> tuple[list[dict[str, Any]], s
 
 def test_auto_moves_data_between_real_workers_when_a_larger_group_pays(tmp_path: Path) -> None:
     # Workers 0 and 1 (a group of r = 2) are 0.4 s late in every round: groups of 2 wait
-    # for them, one group of 4 does not. Only exact rounds (K = n) are allowed.
+    # for them, one group of 4 does not. Only exact rounds (K = n, no lazy ones) are allowed.
     trace = tmp_path / "slow-pair.json"
     trace.write_text(json.dumps({"delays": [[0.4, 0.4, 0.0, 0.0]] * 20}))
     slow = ["--stragglers", "trace", "--straggler-opt", f"path={trace}"]
     rounds, _ = _run(
         tmp_path, "auto", "-r", "20", "--policy", "auto", "--param", "window=20",
-        "--param", "choices=4", "--param", "sizes=2,4", *slow,
+        "--param", "choices=4", "--param", "sizes=2,4", "--param", "lazy=none", *slow,
     )  # fmt: skip
     notes = [(r["round"], r["note"]) for r in rounds if r.get("note")]
     assert len(notes) == 1 and notes[0][0] > 2, notes
