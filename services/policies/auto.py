@@ -143,15 +143,24 @@ class Auto(ErasureHead):
         Param(
             "first",
             int,
-            MIN_LIVE_ROUNDS,
-            f"the round of the first decision (>= {MIN_LIVE_ROUNDS}: a fit needs them)",
+            0,
+            f"the round of the first decision (>= {MIN_LIVE_ROUNDS}: a fit needs them; "
+            f"0: D with a lazy start, when its warm-up ends, else {MIN_LIVE_ROUNDS})",
         ),
         Param(
             "choices",
             str,
             "",
             "the K values to choose among, comma-separated (default n/4, n/2, 3n/4 and n); "
-            "rounds before the first decision wait for every group (K = n) regardless",
+            "rounds before the first decision run the start rule regardless",
+        ),
+        Param(
+            "start",
+            str,
+            "lazy",
+            "the rule until the first decision: lazy (g-lag's rounds at the largest lazy "
+            "weight; the first D rounds ask every group, as exact ones) or exact (K = n); "
+            "with lazy=none, exact",
         ),
         Param(
             "lazy",
@@ -170,21 +179,27 @@ class Auto(ErasureHead):
         window: int = 10,
         choices: str = "",
         sizes: str = "",
-        first: int = MIN_LIVE_ROUNDS,
+        first: int = 0,
         lazy: str = "1,10",
         D: int = DEFAULT_D,
+        start: str = "lazy",
     ) -> None:
         super().__init__(r=r, K=0, delta=1.0)
         if window < 5:
             raise ConfigError(f"auto: window must be >= 5 rounds (a fit needs them), got {window}")
-        if first < MIN_LIVE_ROUNDS:
+        if first != 0 and first < MIN_LIVE_ROUNDS:
             raise ConfigError(
-                f"auto: first must be >= {MIN_LIVE_ROUNDS} rounds (a fit needs them), got {first}"
+                f"auto: first must be >= {MIN_LIVE_ROUNDS} rounds (a fit needs them), or 0 "
+                f"(automatic), got {first}"
             )
+        if start not in ("lazy", "exact"):
+            raise ConfigError(f"auto: start={start!r}: choose lazy or exact")
         if D < 1:
             raise ConfigError(f"auto: D must be >= 1 round of history, got D={D}")
         self.window = window
-        self.first = first
+        self.first_asked = first
+        self.first = first or MIN_LIVE_ROUNDS  # (bind() sets D for a lazy start)
+        self.start = start
         self.choices_text = choices
         self.sizes_text = sizes
         self.weights = _weights(lazy)  # the lazy ξ values
@@ -234,8 +249,15 @@ class Auto(ErasureHead):
         return plan
 
     def bind(self, context: JobContext) -> None:
+        """The job's data: lazy rounds become possible (they need its smoothness
+        constants), and with ``start=lazy`` the job starts in them (an unbound policy
+        starts exact)."""
         self._context = context
         self._memory = self._lazy_rounds(None)
+        if self._memory is not None and self.start == "lazy" and self._ran.k == self._n:
+            self._use(Choice(self.r, self._n, max(self.weights)))
+            self._ran = self.current
+            self.first = self.first_asked or max(self.D, MIN_LIVE_ROUNDS)
 
     def _lazy_rounds(self, before: GroupLag | None) -> GroupLag | None:
         """g-lag on groups of the r in use, bound to the job (None without lazy choices);

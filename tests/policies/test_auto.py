@@ -418,10 +418,10 @@ def _lazy_job(**options: object) -> JobConfig:
 
 
 def test_its_lazy_rounds_are_g_lags_going_on_from_its_eager_rounds() -> None:
-    # auto runs exact rounds (K = n) to round 9, then switches to lazy xi=10: g-lag's
-    # first D = 10 rounds ask every group and take each one's first arrival, which is
-    # exactly what the exact rounds did, so from there on the two are the same descent.
-    config = _lazy_job(first=10)
+    # auto starts exact (K = n) and runs it to round 9, then switches to lazy xi=10:
+    # g-lag's first D = 10 rounds ask every group and take each one's first arrival,
+    # which is exactly what the exact rounds did, so from there on the two are the same.
+    config = _lazy_job(first=10, start="exact")
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     prepared = prepare(config, None)
     auto = prepared.policy
@@ -445,7 +445,7 @@ def test_its_lazy_rounds_are_g_lags_going_on_from_its_eager_rounds() -> None:
 
 
 def test_a_checkpoint_keeps_the_lazy_rounds_memory(tmp_path: Path) -> None:
-    config = _lazy_job(first=10)
+    config = _lazy_job(first=10, start="exact")
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     prepared = prepare(config.replace(rounds=20), None)
     prepared.policy.attach(Scripted({10: (2, 8, 10.0)}))  # type: ignore[attr-defined]
@@ -472,10 +472,12 @@ def test_bad_lazy_weights_are_refused() -> None:
         create("auto", {"lazy": "ten"})
     with pytest.raises(ConfigError, match=r"lazy weights \[0.0\] are not > 0"):
         create("auto", {"lazy": "0,10"})
+    with pytest.raises(ConfigError, match="start='fast': choose lazy or exact"):
+        create("auto", {"start": "fast"})
 
 
 def test_the_look_ahead_runs_lazy_rules_from_the_jobs_own_messages() -> None:
-    config = _lazy_job(first=10)
+    config = _lazy_job(first=10, start="exact")
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     prepared = prepare(config.replace(rounds=20), None)
     auto = prepared.policy
@@ -502,7 +504,7 @@ def test_on_the_simulator_it_switches_to_lazy_rounds_when_they_pay() -> None:
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     runs = {}
     for lazy in ("1,10", "none"):
-        config = _lazy_job(lazy=lazy, window=10).replace(rounds=80)
+        config = _lazy_job(lazy=lazy, window=10, start="exact").replace(rounds=80)
         runs[lazy] = simulate(config, cost).records
     notes = [r.note for r in runs["1,10"] if r.note]
     assert any(" -> r=1 lazy xi=10 (" in note for note in notes), notes
@@ -529,3 +531,21 @@ def test_with_lazy_choices_a_decision_is_due_when_their_warm_up_ends(
         policy.begin_round(t, np.zeros(3))
         policy.observe(_record(t))
     assert [a[0] for a in chooser.asked] == asked
+
+
+def test_by_default_it_starts_with_g_lags_rounds_and_decides_when_their_warm_up_ends() -> None:
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    prepared = prepare(_lazy_job(), None)
+    auto = prepared.policy
+    assert isinstance(auto, Auto) and auto.current == Choice(2, 8, 10.0) and auto.first == 10
+    chooser = Scripted({})
+    auto.attach(chooser)
+    records = make_simulator(_lazy_job(), cost, prepared=prepared).run().records
+    reference = simulate(_lazy_job().replace(policy=Component("g-lag", {"s": 1})), cost).records
+    assert [r.loss for r in records] == pytest.approx([r.loss for r in reference], rel=1e-12)
+    assert [t for t, _, _ in chooser.asked] == [10] and not any(r.note for r in records)
+    # Unbound (no data: no smoothness constants), with lazy=none or start=exact: exact.
+    assert create("auto", {}).current == Choice(2, 0)  # (K is set by plan())
+    for options in ({"lazy": "none"}, {"start": "exact"}):
+        policy = prepare(_lazy_job(**options), None).policy
+        assert isinstance(policy, Auto) and policy.current == Choice(2, 8) and policy.first == 2
