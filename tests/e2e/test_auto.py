@@ -35,12 +35,12 @@ def test_auto_switches_on_a_real_cluster_and_says_so(tmp_path: Path, batch: list
 
 
 def test_auto_switches_to_lazy_rounds_on_a_real_cluster(tmp_path: Path) -> None:
-    # Exact rounds (K = n) or g-lag's lazy rounds (xi = 10) on the same groups; a short
-    # warm-up (D = 2) so the first decision (round 5) can already see lazy rounds pay.
+    # From exact rounds (K = n, start=exact) to g-lag's lazy rounds (xi = 10) on the same
+    # groups; a short warm-up (D = 2) so the first decision (round 5) can see them pay.
     rounds, stderr = _run(
         tmp_path, "lazy", "-r", "40", "--policy", "auto", "--param", "window=30",
         "--param", "first=5", "--param", "choices=4", "--param", "sizes=2",
-        "--param", "lazy=10", "--param", "D=2",
+        "--param", "lazy=10", "--param", "D=2", "--param", "start=exact",
         "--stragglers", "exponential", "--straggler-opt", "mean=0.02",
     )  # fmt: skip
     notes = [(r["round"], r["note"]) for r in rounds if r.get("note")]
