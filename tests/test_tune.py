@@ -21,6 +21,7 @@ from codedgd.services.job.prepare import prepare
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.engine import rows_per_round
+from codedgd.services.stragglers import StragglerModel, create_straggler_model
 from codedgd.services.tuning import (
     TOPOLOGIES,
     Link,
@@ -413,6 +414,28 @@ def test_lazy_candidates_wait_for_fewer_workers_and_are_predicted_as_they_run() 
     truth = simulate(run, CostModel.ideal().replace(compute="model")).records
     true_round = float(np.mean([r.round_seconds for r in truth]))
     assert np.mean(lazy.round_seconds) == pytest.approx(true_round, rel=0.3)
+
+
+def test_every_repeat_of_a_candidate_is_a_job_of_its_own() -> None:
+    # On the same delays each time, every repeat of a lazy candidate is the same run: no
+    # messages, θ history or finished warm-up carried over from the repeat before.
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+
+    def same_delays(rep: int) -> StragglerModel:
+        return create_straggler_model("exponential", {"mean": 0.05}, seed=7, n_workers=12)
+
+    (lazy,) = [
+        o
+        for o in search(
+            source, obs, tail, target_loss=-1.0, rounds=30, repeats=3, policies=["g-lag"],
+            delays=same_delays,
+        )
+        if o.label == "g-lag s=1 xi=10.0"
+    ]  # fmt: skip
+    assert len(set(lazy.computations)) == 1, lazy  # (the same workers asked, every round)
+    # (equal but for the decodes, which the events engine times)
+    assert lazy.round_seconds == pytest.approx([lazy.round_seconds[0]] * 3, rel=1e-3)
 
 
 def test_tune_wants_both_link_flags_or_neither(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ keeps the rule in use and the lazy rounds' memory, so a resumed job is assigned 
 that r and goes on as it would have. With lazy choices the simulator runs the job on its
 events engine (stale messages are no order of arrivals).
 
-Without a chooser (a policy object used alone) it stays at (r, n).
+Without a chooser (a policy object used alone) it stays at its start rule.
 """
 
 from __future__ import annotations

@@ -37,6 +37,8 @@ codes (smaller messages, which need the link's bandwidth: docs/tuning.md).
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -405,10 +407,14 @@ class _Trial:
         outcome.replication = float(_rows_held(prepared).sum() / max(prepared.dataset.n_train, 1))
         outcome.exact = bool(prepared.policy.exact)
         on = self.over_link if prepared.plan.topology.kind != "star" else self.cost
+        bound = copy.deepcopy(prepared.policy)  # as planned and bound, before any round
         for rep in range(self.repeats):
             if on_step is not None:
                 on_step(f"{outcome.label} #{rep + 1}")
-            sim = make_simulator(config, on, prepared=prepared, per_worker=False)
+            # Each repeat is a job of its own: a lazy policy's messages, θ history and
+            # warm-up must not carry over from the one before.
+            fresh = dataclasses.replace(prepared, policy=copy.deepcopy(bound))
+            sim = make_simulator(config, on, prepared=fresh, per_worker=False)
             sim.straggler = delays(rep) if delays else ResampledDelay(self.obs, self.tail, seed=rep)
             sim.metric = False  # (the loss is all a prediction reads)
             reach = _Reach(self.target_loss, self.hold)
