@@ -10,8 +10,7 @@ same target. Reported: the pick's true time over the best true time (goal <= 1.1
 default policy's true time over the pick's (goal > 1), how long the tuner took, and the
 ``auto`` policy's true time (its look-ahead refits the live rounds) over the best fixed
 candidate's (goal: <= 1.05, and <= 1/1.2 on the alternating scenario), and over the best
-of the candidates that are not lazy (auto chooses erasurehead's r and K, not the lazy
-policies' triggers: that ratio is against the rules it has).
+of the candidates that are not lazy.
 
     python -m bench.bench_tune                          # n = 16 and 64, all six scenarios
     python -m bench.bench_tune --workers 16 --scenario alternating
@@ -114,7 +113,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     pick = picked[0].label
     # The best of the exhaustive search: the lowest median true time of any candidate.
     best = min(exhaustive, key=lambda o: o.predicted)
-    # auto chooses none of the lazy policies: its ratio to the best of what it has.
+    # The best eager candidate (what auto with lazy=none chooses among).
     eager = min(
         (o for o in exhaustive if not issubclass(policy_class(o.policy.name), LazyPolicy)),
         key=lambda o: o.predicted,

@@ -429,13 +429,11 @@ def test_every_repeat_of_a_candidate_is_a_job_of_its_own() -> None:
         o
         for o in search(
             source, obs, tail, target_loss=-1.0, rounds=30, repeats=3, policies=["g-lag"],
-            delays=same_delays,
+            delays=same_delays, cost=CostModel.ideal(),  # (nothing timed: delays alone)
         )
         if o.label == "g-lag s=1 xi=10.0"
     ]  # fmt: skip
-    assert len(set(lazy.computations)) == 1, lazy  # (the same workers asked, every round)
-    # (equal but for the decodes, which the events engine times)
-    assert lazy.round_seconds == pytest.approx([lazy.round_seconds[0]] * 3, rel=1e-3)
+    assert len(set(lazy.computations)) == 1 and len(set(lazy.round_seconds)) == 1, lazy
 
 
 def test_tune_wants_both_link_flags_or_neither(tmp_path: Path) -> None:

@@ -10,8 +10,11 @@ first arrival used, and the step takes the other groups' last messages. Auto kee
 g-lag on its groups that follows the eager rounds too (each group's latest message and
 the θ it was computed at, θ's moves), so a switch to lazy rounds goes on from them and
 a switch back needs nothing; LAG's warm-up (every group asked, the first D rounds)
-counts the job's rounds of either kind. The job starts at the configured r with K = n.
-At round ``first`` and then every ``window`` rounds an attached chooser (the coordinator
+counts the job's rounds of either kind. The job starts at the configured r in lazy
+rounds at the largest weight (``start=lazy``, the default once :meth:`bind` has the
+data: their first D rounds ask every group, as exact rounds do) or with K = n
+(``start=exact``, ``lazy=none``, or unbound). At round ``first`` (D with a lazy start,
+else 2) and then every ``window`` rounds an attached chooser (the coordinator
 and the simulator attach :class:`codedgd.services.sim.lookahead.Lookahead`) refits the
 delays of the last rounds, simulates the next rounds from the current θ under every
 candidate: (r, K) in ``sizes`` × ``choices`` and (r, ξ) in ``sizes`` × ``lazy`` (with
@@ -390,11 +393,9 @@ class Auto(ErasureHead):
             assert self._memory is not None
             return self._memory.offer(worker, payload)
         used = len(self._used)
-        done = super().offer(worker, payload)
+        done = super().offer(worker, payload)  # (checks the payload)
         if self._memory is not None and len(self._used) > used:  # its group's first
-            first = self._first[worker // self._r]
-            assert first is not None
-            self._memory.keep(worker, first)
+            self._memory.keep(worker, payload)
         return done
 
     def decode(self) -> Estimate:

@@ -114,11 +114,8 @@ class GroupLag(LazyPolicy):
         keep the θ history, and take the group messages it gets with :meth:`keep`, so a
         switch to lazy rounds goes on from them."""
         self._start(t, theta, int(theta.shape[0]))
-        self._seen = set()
-        self._selected = frozenset()
-        self._used = {}
 
-    def keep(self, worker: int, payload: np.ndarray) -> None:
+    def keep(self, worker: int, payload: np.ndarray | None) -> None:
         """A followed round's message from ``worker``, computed at that round's θ: its
         group's latest, unless the group already has this round's."""
         g = self._group[worker]
