@@ -20,6 +20,7 @@ rounds as the issue states them. The job is long enough to hold them: step size 
     python -m bench.bench_tune_real                      # six scenarios, about an hour
     python -m bench.bench_tune_real --scenario few-slow --repeats 1
     python -m bench.bench_tune_real --only auto             # auto alone: its times
+    python -m bench.bench_tune_real --only auto --only "g-lag s=1 xi=10.0" --repeats 5
 """
 
 from __future__ import annotations
@@ -106,19 +107,21 @@ def one(
     flags["auto"] = ["--policy", "auto"]  # it starts at r = 2 and chooses r and K as it runs
     predicted = {c["label"]: c["predicted_seconds"] for c in tuned["candidates"]}
     pick = pick["label"]
-    if only:  # these, ``repeats`` times each, and nothing else
-        times_of: dict[str, list[float]] = {}
+    if only:  # these, ``repeats`` times each, interleaved (the machine drifts), nothing else
         for label in only:
+            words = label.split()
+            if label not in flags and words[0] == "auto":  # auto with options: "auto start=exact"
+                flags[label] = ["--policy", "auto"] + [f"--param={w}" for w in words[1:]]
             if label not in flags:
                 raise SystemExit(
                     f"--only {label!r}: not a candidate of {scenario}'s run; "
-                    f"choose among {sorted(flags)}"
+                    f"choose among {sorted(flags)}, or 'auto KEY=VALUE ...'"
                 )
-            policy = flags[label]
-            times_of[label] = []
-            for i in range(repeats):
+        times_of: dict[str, list[float]] = {label: [] for label in only}
+        for i in range(repeats):
+            for label in only:
                 out = tmp / f"{scenario}-{label.replace(' ', '_')}.{i}.json"
-                times_of[label].append(timed_run(scenario, out, target, 2 * rounds, *policy))
+                times_of[label].append(timed_run(scenario, out, target, 2 * rounds, *flags[label]))
                 print(f"  {scenario} {label}: real {times_of[label][-1]:.2f} s", file=sys.stderr)
         return {"scenario": scenario, "only": times_of}
     times: dict[str, list[float]] = {label: [] for label in flags}
@@ -185,8 +188,9 @@ def main() -> None:
         action="append",
         default=[],
         metavar="LABEL",
-        help="run only this candidate ('auto', or a label tune prints), --repeats times, "
-        "after the source run and tune; prints each run's time to the target",
+        help="run only this candidate ('auto', 'auto KEY=VALUE ...' with auto's options, or "
+        "a label tune prints), --repeats times, after the source run and tune; several "
+        "--only run interleaved; prints each run's time to the target",
     )
     args = p.parse_args()
     if args.only:
