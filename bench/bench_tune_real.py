@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from bench.bench_tune import SCENARIOS
+from codedgd.services.policies.registry import names
 
 N = 8
 # A job of 100-300 rounds, so the scenarios' phases of 50 rounds come round: with the
@@ -110,12 +111,12 @@ def one(
     if only:  # these, ``repeats`` times each, interleaved (the machine drifts), nothing else
         for label in only:
             words = label.split()
-            if label not in flags and words[0] == "auto":  # auto with options: "auto start=exact"
-                flags[label] = ["--policy", "auto"] + [f"--param={w}" for w in words[1:]]
+            if label not in flags and words[0] in names():  # with options: "auto start=exact"
+                flags[label] = ["--policy", words[0]] + [f"--param={w}" for w in words[1:]]
             if label not in flags:
                 raise SystemExit(
                     f"--only {label!r}: not a candidate of {scenario}'s run; "
-                    f"choose among {sorted(flags)}, or 'auto KEY=VALUE ...'"
+                    f"choose among {sorted(flags)}, or 'POLICY KEY=VALUE ...'"
                 )
         times_of: dict[str, list[float]] = {label: [] for label in only}
         for i in range(repeats):
@@ -188,8 +189,8 @@ def main() -> None:
         action="append",
         default=[],
         metavar="LABEL",
-        help="run only this candidate ('auto', 'auto KEY=VALUE ...' with auto's options, or "
-        "a label tune prints), --repeats times, after the source run and tune; several "
+        help="run only this candidate ('auto', 'POLICY KEY=VALUE ...' with a policy's "
+        "options, or a label tune prints), --repeats times, after the source run and tune; several "
         "--only run interleaved; prints each run's time to the target",
     )
     args = p.parse_args()

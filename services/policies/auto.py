@@ -6,20 +6,22 @@ eager round waits for the K-th arrival or until every group has one (K = n: exac
 with s = r − 1; smaller K: erasurehead's early stop, unbiased by the 1/(1−p) rescaling;
 r = 1 is uncoded or ignore-stragglers). A lazy round (a trigger weight ξ in ``lazy``) is
 g-lag's with s = r − 1: only the groups whose LAG trigger fires are asked, each one's
-first arrival used, and the step takes the other groups' last messages. Auto keeps a
+first arrival used, and the step takes the other groups' last messages (with ``ride``,
+the groups near their trigger are asked along, see g-lag's option). Auto keeps a
 g-lag on its groups that follows the eager rounds too (each group's latest message and
 the θ it was computed at, θ's moves), so a switch to lazy rounds goes on from them and
 a switch back needs nothing; LAG's warm-up (every group asked, the first D rounds)
 counts the job's rounds of either kind. The job starts at the configured r in lazy
 rounds at the largest weight (``start=lazy``, the default once :meth:`bind` has the
 data: their first D rounds ask every group, as exact rounds do) or with K = n
-(``start=exact``, ``lazy=none``, or unbound). At round ``first`` (D with a lazy start,
-else 2) and then every ``window`` rounds an attached chooser (the coordinator
+(``start=exact``, ``lazy=none``, or unbound). At round ``first`` (2) and then every
+``window`` rounds an attached chooser (the coordinator
 and the simulator attach :class:`codedgd.services.sim.lookahead.Lookahead`) refits the
 delays of the last rounds, simulates the next rounds from the current θ under every
 candidate: (r, K) in ``sizes`` × ``choices`` and (r, ξ) in ``sizes`` × ``lazy`` (with
-lazy choices, a decision is also due at round D, when their warm-up ends), and the
-policy switches to the one predicted to save the most time over the job's remaining
+lazy choices, a decision is also due at round D, when their warm-up ends; a decision
+in a lazy start's warm-up chooses only among the lazy rules at its ξ, i.e. the group
+size), and the policy switches to the one predicted to save the most time over the job's remaining
 rounds, net of the cost of moving data. The decision is a :meth:`deliberation`: the
 coordinator runs it in a thread while the rounds go on, and it takes effect at the
 first round after it has finished (the note names the round whose θ it started from);
@@ -58,6 +60,13 @@ from codedgd.services.policies.lag_coded import GroupLag
 from codedgd.services.policies.registry import register
 from codedgd.services.records import RoundRecord
 from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS
+
+# The lazy rounds' ride (g-lag's: a round that asks some group also asks the groups past
+# half of their trigger). With LAG's own rule (1) the groups drift into refreshing a round
+# or two apart, and each such round waits for someone; riding along keeps them together.
+# On bench_auto_reach's scenarios, fixed g-lag with ξ = 10 at groups of 4 took 0.60-0.74 of
+# its time with 1 (0, 0.5 and 0.7 alike; docs/lag.md, "Riding along").
+DEFAULT_RIDE = 0.5
 
 
 @dataclass(frozen=True, order=True)
@@ -146,9 +155,10 @@ class Auto(ErasureHead):
         Param(
             "first",
             int,
-            0,
-            f"the round of the first decision (>= {MIN_LIVE_ROUNDS}: a fit needs them; "
-            f"0: D with a lazy start, when its warm-up ends, else {MIN_LIVE_ROUNDS})",
+            MIN_LIVE_ROUNDS,
+            f"the round of the first decision (>= {MIN_LIVE_ROUNDS}: a fit needs them); "
+            "in a lazy start's warm-up (its first D rounds, exact ones) decisions choose "
+            "only the group size",
         ),
         Param(
             "choices",
@@ -174,6 +184,13 @@ class Auto(ErasureHead):
             "others' last messages reused); none: eager rules only",
         ),
         D_PARAM,
+        Param(
+            "ride",
+            float,
+            DEFAULT_RIDE,
+            "lazy rounds: in a round that asks some group, also ask those past this fraction "
+            "of their trigger (g-lag's ride; 1: LAG's own rule)",
+        ),
     )
 
     def __init__(
@@ -182,26 +199,28 @@ class Auto(ErasureHead):
         window: int = 10,
         choices: str = "",
         sizes: str = "",
-        first: int = 0,
+        first: int = MIN_LIVE_ROUNDS,
         lazy: str = "1,10",
         D: int = DEFAULT_D,
         start: str = "lazy",
+        ride: float = DEFAULT_RIDE,
     ) -> None:
         super().__init__(r=r, K=0, delta=1.0)
         if window < 5:
             raise ConfigError(f"auto: window must be >= 5 rounds (a fit needs them), got {window}")
         if first != 0 and first < MIN_LIVE_ROUNDS:
             raise ConfigError(
-                f"auto: first must be >= {MIN_LIVE_ROUNDS} rounds (a fit needs them), or 0 "
-                f"(automatic), got {first}"
+                f"auto: first must be >= {MIN_LIVE_ROUNDS} rounds (a fit needs them), got {first}"
             )
         if start not in ("lazy", "exact"):
             raise ConfigError(f"auto: start={start!r}: choose lazy or exact")
         if D < 1:
             raise ConfigError(f"auto: D must be >= 1 round of history, got D={D}")
+        if not 0.0 <= ride <= 1.0:
+            raise ConfigError(f"auto: ride={ride!r} is not a fraction in [0, 1] (1: LAG's rule)")
+        self.ride = ride
         self.window = window
-        self.first_asked = first
-        self.first = first or MIN_LIVE_ROUNDS  # (bind() sets D for a lazy start)
+        self.first = first or MIN_LIVE_ROUNDS  # (0, the earlier default: the same)
         self.start = start
         self.choices_text = choices
         self.sizes_text = sizes
@@ -260,14 +279,13 @@ class Auto(ErasureHead):
         if self._memory is not None and self.start == "lazy" and self._ran.k == self._n:
             self._use(Choice(self.r, self._n, max(self.weights)))
             self._ran = self.current
-            self.first = self.first_asked or max(self.D, MIN_LIVE_ROUNDS)
 
     def _lazy_rounds(self, before: GroupLag | None) -> GroupLag | None:
         """g-lag on groups of the r in use, bound to the job (None without lazy choices);
         with the θ history and rounds of ``before`` (the groups' messages are not its)."""
         if not self.weights or self._context is None:
             return None
-        memory = GroupLag(s=self.r - 1, D=self.D, xi=self.xi or self.weights[0])
+        memory = GroupLag(s=self.r - 1, D=self.D, xi=self.xi or self.weights[0], ride=self.ride)
         memory.plan(self._n, self._k_parts)
         memory.bind(self._context)
         if before is not None:
@@ -335,6 +353,12 @@ class Auto(ErasureHead):
             return None
         self._asked = t
         chooser, current, options = self.chooser, self.current, self.options()
+        if current.lazy and t < self.D:
+            # In the warm-up, lazy rounds ask every group: exact rounds, which make the same
+            # progress per round whatever r, so a look-ahead from a few rounds compares
+            # their round times fairly. Not so against eager stop rules (K < n), which look
+            # fast from a few rounds and stall later: those wait for the decision at D.
+            options = tuple(c for c in options if c.lazy and c.xi == current.xi)
         records, point = list(self._records), np.array(theta, copy=True)
         memory = self._memory.state() if self._memory is not None else None
 

@@ -87,9 +87,15 @@ class LazyPolicy(Policy, ABC):
     exact = False
     default_xi = 10.0
 
-    def __init__(self, D: int = DEFAULT_D, xi: float | None = None) -> None:
+    def __init__(self, D: int = DEFAULT_D, xi: float | None = None, ride: float = 1.0) -> None:
         self.history = LagHistory(D, self.default_xi if xi is None else xi)
         self.D = D
+        if not 0.0 <= ride <= 1.0:
+            raise ConfigError(
+                f"{self.name}: ride={ride!r} is not a fraction in [0, 1] (1: LAG's own rule, "
+                "no unit rides along; 0.5: units half way to their trigger ride along)"
+            )
+        self.ride = ride
         self._n = 0
         self._units = 0
         self._context: JobContext | None = None
@@ -190,13 +196,24 @@ class LazyPolicy(Policy, ABC):
         return out
 
     def _ps_triggered(self, smoothness: np.ndarray) -> np.ndarray:
-        """LAG-PS rule per unit: L_u²‖θ̂_u − θᵏ‖² > RHSᵏ, or no message yet, or warm-up."""
+        """LAG-PS rule per unit: L_u²‖θ̂_u − θᵏ‖² > RHSᵏ, or no message yet, or warm-up;
+        and with ``ride`` < 1, once any unit is picked, every unit with
+        L_u²‖θ̂_u − θᵏ‖² > ride · RHSᵏ too (it rides along in a round that is asked anyway).
+
+        Riding along keeps LAG's guarantee: each unit left out still satisfies LAG's skip
+        condition, and a unit refreshed early only has a fresher message. What it changes
+        is the rhythm: units that would fire a round or two apart are asked together, so
+        fewer rounds wait for anyone (docs/lag.md, "Riding along")."""
         if smoothness.shape != (self._units,):
             raise DecodeError(f"{self.name}: used before bind() (the coordinator binds the data)")
         if self.warming_up():
             return np.ones(self._units, dtype=bool)
-        fired: np.ndarray = smoothness**2 * self._stale_distance() > self.rhs()
-        return fired | ~self._has
+        lhs = smoothness**2 * self._stale_distance()
+        rhs = self.rhs()
+        fired: np.ndarray = (lhs > rhs) | ~self._has
+        if self.ride < 1.0 and fired.any():
+            fired |= lhs > self.ride * rhs
+        return fired
 
     def _store(self, unit: int, payload: np.ndarray) -> None:
         assert self._latest is not None and self._theta_hat is not None
@@ -242,6 +259,17 @@ D_PARAM = Param(
 
 def xi_param(default: float) -> Param:
     return Param("xi", float, default, f"trigger weight ξ (ξ_d = ξ/D); authors: {default:g}")
+
+
+def ride_param(units: str, default: float = 1.0) -> Param:
+    """The ``ride`` option of the policies that pick units by the lag-ps rule."""
+    return Param(
+        "ride",
+        float,
+        default,
+        f"in a round that asks some {units}, also ask those past this fraction of their "
+        f"trigger (L^2 |theta_hat - theta|^2 > ride * RHS); 1: LAG's rule, 0: all {units}",
+    )
 
 
 @register
@@ -299,7 +327,7 @@ class LagPS(LazyPolicy):
         "(L_m from the data); the others' last uploads are reused"
     )
     default_xi = 10.0
-    parameters = (D_PARAM, xi_param(10.0))
+    parameters = (D_PARAM, xi_param(10.0), ride_param("workers"))
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         return self._plan_one_each(n_workers, n_partitions)

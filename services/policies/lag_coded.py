@@ -40,6 +40,7 @@ from codedgd.services.policies.lag import (
     DEFAULT_D,
     LazyPolicy,
     check_worker,
+    ride_param,
     xi_param,
 )
 from codedgd.services.policies.registry import register
@@ -57,10 +58,13 @@ class GroupLag(LazyPolicy):
         Param("s", int, 1, "stragglers tolerated per group; groups of s+1 (s+1 must divide n)"),
         D_PARAM,
         xi_param(10.0),
+        ride_param("groups"),
     )
 
-    def __init__(self, s: int = 1, D: int = DEFAULT_D, xi: float | None = None) -> None:
-        super().__init__(D, xi)
+    def __init__(
+        self, s: int = 1, D: int = DEFAULT_D, xi: float | None = None, ride: float = 1.0
+    ) -> None:
+        super().__init__(D, xi, ride)
         self.s = s
         self.groups: tuple[tuple[int, ...], ...] = ()
 

@@ -250,7 +250,8 @@ class Lookahead:
         if memory is None:
             raise CodedGDError(f"auto: {choice} is lazy, but the decision has no lazy memory")
         depth = int(getattr(self.prepared.policy, "D", DEFAULT_D))
-        options = {"s": choice.r - 1, "xi": choice.xi, "D": depth}
+        ride = float(getattr(self.prepared.policy, "ride", 1.0))
+        options = {"s": choice.r - 1, "xi": choice.xi, "D": depth, "ride": ride}
         lazy = create("g-lag", options)
         plan = lazy.plan(n, len(data.blocks))
         lazy.bind(self._context_of(data, whole))

@@ -27,6 +27,7 @@ class Scripted:
     def __init__(self, script: dict[int, tuple[int, int]]) -> None:
         self.script = {t: Choice(*rk) for t, rk in script.items()}
         self.asked: list[tuple[int, int, Choice]] = []
+        self.offered: list[tuple[Choice, ...]] = []
 
     def choose(
         self,
@@ -39,6 +40,7 @@ class Scripted:
     ) -> tuple[Choice, str]:
         self.memory = memory
         self.asked.append((t, len(records), current))
+        self.offered.append(tuple(choices))
         assert current in choices or current.k not in {c.k for c in choices}
         return self.script.get(t, current), "scripted"
 
@@ -488,7 +490,7 @@ def test_the_look_ahead_runs_lazy_rules_from_the_jobs_own_messages() -> None:
     look = Lookahead(config, prepared, cost)
     # On all rows, each group's message recomputed at its θ̂ is the one the job holds.
     _, options, rule, _ = look._rule(Choice(2, 8, 1.0), prepared, True, memory)
-    assert options == {"s": 1, "xi": 1.0, "D": 10}
+    assert options == {"s": 1, "xi": 1.0, "D": 10, "ride": auto.ride}
     for g in range(4):
         np.testing.assert_allclose(rule.latest(g), memory["latest"][g], rtol=1e-12)  # type: ignore[attr-defined]
     assert not rule.warming_up()  # type: ignore[attr-defined]
@@ -537,13 +539,19 @@ def test_by_default_it_starts_with_g_lags_rounds_and_decides_when_their_warm_up_
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     prepared = prepare(_lazy_job(), None)
     auto = prepared.policy
-    assert isinstance(auto, Auto) and auto.current == Choice(2, 8, 10.0) and auto.first == 10
+    assert isinstance(auto, Auto) and auto.current == Choice(2, 8, 10.0) and auto.first == 2
     chooser = Scripted({})
     auto.attach(chooser)
     records = make_simulator(_lazy_job(), cost, prepared=prepared).run().records
-    reference = simulate(_lazy_job().replace(policy=Component("g-lag", {"s": 1})), cost).records
+    # Its lazy rounds are g-lag's, groups near their trigger riding along (auto's ride).
+    glag = Component("g-lag", {"s": 1, "ride": auto.ride})
+    assert auto.ride == 0.5
+    reference = simulate(_lazy_job().replace(policy=glag), cost).records
     assert [r.loss for r in records] == pytest.approx([r.loss for r in reference], rel=1e-12)
-    assert [t for t, _, _ in chooser.asked] == [10] and not any(r.note for r in records)
+    assert [t for t, _, _ in chooser.asked] == [2, 10] and not any(r.note for r in records)
+    # In the warm-up (exact rounds) the decision chooses only the group size, at its ξ.
+    assert set(chooser.offered[0]) == {Choice(r, 8, 10.0) for r in (1, 2, 4)}
+    assert set(chooser.offered[1]) == set(auto.options()) > set(chooser.offered[0])
     # Unbound (no data: no smoothness constants), with lazy=none or start=exact: exact.
     assert create("auto", {}).current == Choice(2, 0)  # (K is set by plan())
     for options in ({"lazy": "none"}, {"start": "exact"}):

@@ -445,3 +445,79 @@ def test_g_lag_supersedes_the_rest_of_a_group_once_one_member_arrived() -> None:
     assert policy.offer(0, np.ones(3))
     assert policy.superseded() == frozenset({1, 2, 3, 5})
     np.testing.assert_array_equal(policy.decode().gradient, np.full(3, 2.0))
+
+
+# ------------------------------------------------------------------ riding along
+
+
+def test_ride_adds_the_units_near_their_trigger_to_a_round_that_asks_someone() -> None:
+    L = [0.1, 0.4, 1.0, 10.0]
+    rhs = 1.0 * 0.01 / (0.5**2 * 16)  # one move of θ, ‖Δθ‖² = 0.01 (as the test above)
+    lhs = [m**2 * 0.01 for m in L]  # every worker's θ̂ is θ0: ‖θ̂ − θ1‖² = 0.01
+    for ride, expected in ((1.0, (2, 3)), (0.5, (1, 2, 3)), (0.0, (0, 1, 2, 3))):
+        assert all((lhs[m] > rhs) == (m in (2, 3)) for m in range(4))  # LAG's own rule
+        assert all((lhs[m] > ride * rhs) == (m in expected) for m in range(4))
+        policy = create("lag-ps", {"D": 1, "xi": 1.0, "ride": ride})
+        policy.plan(4, 4)
+        policy.bind(context(10, 0.5, lambda parts: L[parts[0]]))
+        spec = policy.begin_round(0, np.zeros(3))  # warm-up: everyone
+        for w in spec.workers:
+            policy.offer(w, np.ones(3))
+        policy.decode()
+        assert policy.begin_round(1, np.array([0.1, 0.0, 0.0])).workers == expected
+
+
+def test_ride_adds_no_one_to_a_round_that_asks_no_one() -> None:
+    L = [1.0, 1.0, 1.0, 1.0]
+    policy = create("lag-ps", {"D": 1, "xi": 1.0, "ride": 0.0})
+    policy.plan(4, 4)
+    policy.bind(context(10, 0.5, lambda parts: L[parts[0]]))
+    theta = np.zeros(3)
+    spec = policy.begin_round(0, theta)
+    for w in spec.workers:
+        policy.offer(w, np.ones(3))
+    policy.decode()
+    # θ moved, but the workers' θ̂ is where θ is now: no trigger fires, and ride = 0 asks
+    # every worker only in a round that asks someone anyway.
+    assert policy.begin_round(1, theta).workers == ()
+
+
+def test_riding_g_lag_asks_a_superset_of_lags_groups_and_reaches_the_same_optimum() -> None:
+    config = _job("g-lag", {"s": 1, "D": 3, "ride": 0.5}, Component("exponential", {"mean": 0.05}))
+    config = config.replace(rounds=300)
+    sim = Simulator(config, CostModel())
+    policy = sim.prepared.policy
+    assert isinstance(policy, GroupLag)
+    twin = create("g-lag", {"s": 1, "D": 3})  # LAG's own rule, from the same state
+    assert isinstance(twin, GroupLag)
+    twin.plan(config.workers, len(sim.prepared.blocks))
+    twin.bind(policy._ctx())
+    begin = policy.begin_round
+    rode: list[int] = []
+
+    def begin_hook(t: int, theta: np.ndarray) -> Any:
+        twin.load_state(policy.state())
+        own = set(twin.begin_round(t, theta).workers)
+        spec = begin(t, theta)
+        asked = set(spec.workers)
+        assert own <= asked, f"round {t}: LAG's groups {own} not all asked ({asked})"
+        rode.append(len(asked) - len(own))
+        return spec
+
+    policy.begin_round = begin_hook  # type: ignore[method-assign]
+    records = sim.run().records
+    assert sum(rode) > 0  # some groups rode along
+    # Riding along keeps LAG's convergence: the same optimum as gradient descent.
+    gd = simulate_rounds(config.replace(policy=Component("uncoded", {}), rounds=2000))
+    assert records[-1].loss == pytest.approx(gd[-1].loss, rel=1e-7)
+
+
+def simulate_rounds(config: JobConfig) -> list[Any]:
+    return list(Simulator(config, CostModel()).run().records)
+
+
+@pytest.mark.parametrize("ride", [-0.1, 1.5, float("nan")])
+def test_a_ride_outside_zero_to_one_is_refused(ride: float) -> None:
+    for name in ("lag-ps", "g-lag"):
+        with pytest.raises(ConfigError, match=r"ride=.* is not a fraction in \[0, 1\]"):
+            create(name, {"ride": ride})
