@@ -5,9 +5,10 @@ every ``window`` rounds: a stop rule K (among n/4, n/2, 3n/4, n) or g-lag's lazy
 xi (1 or 10) on the same groups. This runs, on bench_tune's scenarios and cost model (same
 source job and target: the loss 100 rounds of uncoded reach), every rule ``auto`` chooses
 among as a fixed policy (erasurehead with r and K, where K = n is frc with s = r - 1 and
-r = 1, K = n is uncoded; g-lag with s = r - 1 and xi), ``auto`` itself (starting in lazy
-rounds, first decision at round D), ``auto`` with ``start=exact`` (first decision at round
-2) and with its eager rules only (``lazy=none``), three seeded runs each under the
+r = 1, K = n is uncoded; g-lag with s = r - 1 and xi, with LAG's own rule and with auto's
+ride), ``auto`` itself (starting in lazy rounds, where the first decision, at round 2,
+chooses only the group size), ``auto`` with ``start=exact`` (an exact start) and with its
+eager rules only (``lazy=none``), three seeded runs each under the
 scenario's true delays, and prints the best fixed rule and the best eager one, their
 median times to the target, the autos' and the ratios. auto / best fixed below 1 is a
 gain from adapting (a phase each rule is wrong in); above 1, what the look-ahead's lag
@@ -27,6 +28,7 @@ import numpy as np
 
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.policies.auto import DEFAULT_RIDE
 from codedgd.services.sim.engines import make_simulator, simulate
 from codedgd.services.stragglers import StragglerModel, create_straggler_model
 
@@ -87,10 +89,13 @@ def main() -> None:
                 for k in ks
             }
             eager = list(rules)
-            rules |= {
-                f"r={r} lazy xi={xi:g}": Component("g-lag", {"s": r - 1, "xi": xi})
+            rules |= {  # LAG's own rule, and auto's: groups near their trigger riding along
+                f"r={r} lazy xi={xi:g}" + (f" ride={ride:g}" if ride < 1 else ""): Component(
+                    "g-lag", {"s": r - 1, "xi": xi, "ride": ride}
+                )
                 for r in (1, 2, 4)
                 for xi in (1.0, 10.0)
+                for ride in (1.0, DEFAULT_RIDE)
             }
             fixed = {name: _median_time(source, rule, target) for name, rule in rules.items()}
             best = min(fixed, key=lambda name: fixed[name])

@@ -77,6 +77,10 @@ SEARCHED = (
 # The lazy policies' trigger weights ξ tried: the authors' (10, see SCHEMES.md) and one a
 # tenth of it (more refreshes: closer to the exact path, fewer rounds on stale messages).
 LAZY_XI = (1.0, 10.0)
+# At the authors' ξ the picked units also refresh, riding along, those past half of their
+# trigger (``ride``): the units then refresh together, so fewer rounds wait for anyone
+# (docs/lag.md, "Riding along"). At ξ = 1 they refresh often enough that it changes little.
+LAZY_RIDE = 0.5
 TOPOLOGIES = ("ring-allreduce", "tree", "codedreduce")  # searched with a stated Link
 HETEROGENEOUS = 1.25  # slowest / fastest worker beyond which speed-aware loads are tried
 # Rounds a candidate's loss must stay at or below the target once there. An approximate
@@ -145,9 +149,12 @@ def candidates(
                     out.append(Component(name, {"r": r, "K": k}))
         elif name == "lag-ps":
             out += [Component(name, {"xi": xi}) for xi in LAZY_XI]
+            out.append(Component(name, {"xi": max(LAZY_XI), "ride": LAZY_RIDE}))
         elif name == "g-lag":  # groups of s + 1, which must divide n
             groups = [d for d in divisors(n) if 2 <= d <= max(2, n // 4)][:2]
-            out += [Component(name, {"s": d - 1, "xi": xi}) for d in groups for xi in LAZY_XI]
+            for d in groups:
+                out += [Component(name, {"s": d - 1, "xi": xi}) for xi in LAZY_XI]
+                out.append(Component(name, {"s": d - 1, "xi": max(LAZY_XI), "ride": LAZY_RIDE}))
         elif name == "lagc":
             tolerated = sorted({1, max(1, n // 8)})
             out += [Component(name, {"s": s, "xi": xi}) for s in tolerated for xi in LAZY_XI]
