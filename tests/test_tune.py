@@ -171,6 +171,12 @@ def test_candidates_are_valid_for_n() -> None:
     assert [c.name for c in candidates(7, ["frc", "erasurehead", "g-lag"])] == []  # 7 is prime
     # The lazy ones at the authors' trigger weight and a tenth of it.
     assert {c.options["xi"] for c in candidates(12, ["lag-ps", "g-lag", "lagc"])} == {1.0, 10.0}
+    # At the authors' weight, also with the units near their trigger riding along; and
+    # groups up to n/2 (at n = 8, groups of 4 were the fastest real g-lag).
+    riding = [c for c in candidates(8, ["lag-ps", "g-lag"]) if "ride" in c.options]
+    assert {(c.name, c.options.get("s"), c.options["xi"], c.options["ride"]) for c in riding} == {
+        ("lag-ps", None, 10.0, 0.5), ("g-lag", 1, 10.0, 0.5), ("g-lag", 3, 10.0, 0.5)
+    }  # fmt: skip
     # lag-wk saves uploads only, which links that cost nothing cannot show: not searched.
     with pytest.raises(ConfigError, match="cannot search lag-wk"):
         candidates(8, ["lag-wk"])

@@ -151,7 +151,7 @@ def candidates(
             out += [Component(name, {"xi": xi}) for xi in LAZY_XI]
             out.append(Component(name, {"xi": max(LAZY_XI), "ride": LAZY_RIDE}))
         elif name == "g-lag":  # groups of s + 1, which must divide n
-            groups = [d for d in divisors(n) if 2 <= d <= max(2, n // 4)][:2]
+            groups = [d for d in divisors(n) if 2 <= d <= max(2, n // 2)][:2]
             for d in groups:
                 out += [Component(name, {"s": d - 1, "xi": xi}) for xi in LAZY_XI]
                 out.append(Component(name, {"s": d - 1, "xi": max(LAZY_XI), "ride": LAZY_RIDE}))
