@@ -64,8 +64,9 @@ from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS
 # The lazy rounds' ride (g-lag's: a round that asks some group also asks the groups past
 # half of their trigger). With LAG's own rule (1) the groups drift into refreshing a round
 # or two apart, and each such round waits for someone; riding along keeps them together.
-# On bench_auto_reach's scenarios, fixed g-lag with ξ = 10 at groups of 4 took 0.60-0.74 of
-# its time with 1 (0, 0.5 and 0.7 alike; docs/lag.md, "Riding along").
+# On bench_tune's scenarios (bench_ride), fixed g-lag with ξ = 10 at groups of 4 took
+# 0.63-0.74 of its time with 1 (0, 0.5 and 0.7 alike; docs/lag.md, "Riding along",
+# and docs/tuning.md).
 DEFAULT_RIDE = 0.5
 
 
