@@ -45,6 +45,21 @@ def _median_time(source: JobConfig, policy: Component, target: float) -> float:
     return float(np.median(times))
 
 
+def source_and_target(n: int, scenario: str) -> tuple[JobConfig, float]:
+    """bench_tune's source job for ``scenario`` at n (uncoded, 100 rounds, 200 rows per
+    worker, 50 features) and the target: the loss its simulated run ends at."""
+    source = JobConfig(
+        workers=n,
+        rounds=100,
+        seed=3,
+        data=Component("synthetic", {"rows": 200 * n, "dim": 50}),
+        policy=Component("uncoded", {}),
+        stragglers=SCENARIOS[scenario](n),
+        round_timeout=1e9,
+    )
+    return source, simulate(source, cost_for(n)).records[-1].loss
+
+
 def _truth(stragglers: Component, n: int, pool: int) -> list[StragglerModel]:
     """Three seeded draws of the scenario's delays (a speed-classes pool keeps the source's
     slow machines: ``pool``), as bench_tune's exhaustive search uses them."""
@@ -71,17 +86,7 @@ def main() -> None:
     print("|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for n in a.n:
         for scenario in a.scenario:
-            stragglers = SCENARIOS[scenario](n)
-            source = JobConfig(
-                workers=n,
-                rounds=100,
-                seed=3,
-                data=Component("synthetic", {"rows": 200 * n, "dim": 50}),
-                policy=Component("uncoded", {}),
-                stragglers=stragglers,
-                round_timeout=1e9,
-            )
-            target = simulate(source, cost_for(n)).records[-1].loss
+            source, target = source_and_target(n, scenario)
             ks = sorted({math.ceil(n * f) for f in (0.25, 0.5, 0.75)} | {n})  # auto's choices
             rules = {
                 f"r={r} K={k}": Component("erasurehead", {"r": r, "K": k})

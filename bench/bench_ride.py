@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from bench.bench_auto_reach import _truth
+from bench.bench_auto_reach import _truth, source_and_target
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.sim.engines import make_simulator, simulate
+from codedgd.services.sim.engines import make_simulator
 
 
 def _run(source: JobConfig, policy: Component, target: float) -> tuple[float, float]:
@@ -56,16 +56,7 @@ def main() -> None:
     print("|---|---:|---|" + "---:|---:|" * len(a.ride) + "---:|" * (len(a.ride) - 1))
     for n in a.n:
         for scenario in a.scenario:
-            source = JobConfig(
-                workers=n,
-                rounds=100,
-                seed=3,
-                data=Component("synthetic", {"rows": 200 * n, "dim": 50}),
-                policy=Component("uncoded", {}),
-                stragglers=SCENARIOS[scenario](n),
-                round_timeout=1e9,
-            )
-            target = simulate(source, cost_for(n)).records[-1].loss
+            source, target = source_and_target(n, scenario)
             for r in (1, 2, 4):
                 for xi in (1.0, 10.0):
                     runs = [
