@@ -55,7 +55,7 @@ from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.policies.base import Estimate, JobContext, Param, Plan, RoundSpec
 from codedgd.services.policies.erasurehead import ErasureHead
-from codedgd.services.policies.lag import D_PARAM, DEFAULT_D
+from codedgd.services.policies.lag import D_PARAM, DEFAULT_D, check_ride
 from codedgd.services.policies.lag_coded import GroupLag
 from codedgd.services.policies.registry import register
 from codedgd.services.records import RoundRecord
@@ -217,9 +217,7 @@ class Auto(ErasureHead):
             raise ConfigError(f"auto: start={start!r}: choose lazy or exact")
         if D < 1:
             raise ConfigError(f"auto: D must be >= 1 round of history, got D={D}")
-        if not 0.0 <= ride <= 1.0:
-            raise ConfigError(f"auto: ride={ride!r} is not a fraction in [0, 1] (1: LAG's rule)")
-        self.ride = ride
+        self.ride = check_ride("auto", ride)
         self.window = window
         self.first = first or MIN_LIVE_ROUNDS  # (0, the earlier default: the same)
         self.start = start

@@ -90,12 +90,7 @@ class LazyPolicy(Policy, ABC):
     def __init__(self, D: int = DEFAULT_D, xi: float | None = None, ride: float = 1.0) -> None:
         self.history = LagHistory(D, self.default_xi if xi is None else xi)
         self.D = D
-        if not 0.0 <= ride <= 1.0:
-            raise ConfigError(
-                f"{self.name}: ride={ride!r} is not a fraction in [0, 1] (1: LAG's own rule, "
-                "no unit rides along; 0.5: units half way to their trigger ride along)"
-            )
-        self.ride = ride
+        self.ride = check_ride(self.name, ride)
         self._n = 0
         self._units = 0
         self._context: JobContext | None = None
@@ -259,6 +254,16 @@ D_PARAM = Param(
 
 def xi_param(default: float) -> Param:
     return Param("xi", float, default, f"trigger weight ξ (ξ_d = ξ/D); authors: {default:g}")
+
+
+def check_ride(name: str, ride: float) -> float:
+    """``ride`` itself, or a ConfigError naming the range."""
+    if not 0.0 <= ride <= 1.0:
+        raise ConfigError(
+            f"{name}: ride={ride!r} is not a fraction in [0, 1] (1: LAG's own rule, "
+            "no unit rides along; 0.5: units half way to their trigger ride along)"
+        )
+    return ride
 
 
 def ride_param(units: str, default: float = 1.0) -> Param:
