@@ -5,10 +5,11 @@ For each scenario: a source run of uncoded on n = 8 local worker processes
 run for real on the same job (same seed, data, delays model) to the same target loss.
 Reported: the pick's real time to the target over the best real time (goal <= 1.10),
 uncoded's over the pick's (goal > 1), and ``auto``'s (choosing r and K as it runs,
-moving data between the processes) over the best real time (goal <= 1.05). Wall-clock
+moving data between the processes) over the best real time (goal <= 1.05), and auto as
+``codedgd tune --write-auto`` writes it (started at the pick's group size). Wall-clock
 times on this shared 2-core machine. One run is as noisy as the differences between the
 top candidates, so every candidate runs once, and then those that could be the best (a
-first run within 1.5x of the fastest), tune's pick and auto run until they have
+first run within 1.5x of the fastest), tune's pick and both autos run until they have
 ``--repeats`` runs; a candidate's median time counts. Candidates predicted more than
 ``--within`` times slower than the pick are not run (the predictions were within
 0.84-1.47x of the real times), except uncoded, the default.
@@ -21,6 +22,7 @@ rounds as the issue states them. The job is long enough to hold them: step size 
     python -m bench.bench_tune_real --scenario few-slow --repeats 1
     python -m bench.bench_tune_real --only auto             # auto alone: its times
     python -m bench.bench_tune_real --only auto --only "g-lag s=1 xi=10.0" --repeats 5
+    python -m bench.bench_tune_real --only "auto from tune" --only "g-lag s=3 xi=10.0"
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from bench.bench_tune import SCENARIOS
 from codedgd.services.policies.registry import names
 
 N = 8
+TUNED = "auto from tune"  # auto as `codedgd tune --write-auto` writes it
 # A job of 100-300 rounds, so the scenarios' phases of 50 rounds come round: with the
 # step size 1/L (the default) uncoded gets within 1e-9 of the optimum in 40.
 JOB = [
@@ -95,7 +98,10 @@ def one(
         "run", *JOB, *scenario_args(scenario), "-r", str(rounds), "--policy", "uncoded",
         "-o", str(src),
     )  # fmt: skip
-    tuned = json.loads(cli("tune", str(src), "--json", "--repeats", "3").stdout)
+    written = tmp / f"{scenario}-auto.toml"
+    tuned = json.loads(
+        cli("tune", str(src), "--json", "--repeats", "3", "--write-auto", str(written)).stdout
+    )
     target = float(tuned["target_loss"])
     pick = tuned["candidates"][0]
     flags = {
@@ -106,6 +112,11 @@ def one(
         or (c["predicted_seconds"] or math.inf) <= within * pick["predicted_seconds"]
     }
     flags["auto"] = ["--policy", "auto"]  # it starts at r = 2 and chooses r and K as it runs
+    if tuned["auto_start"] is not None:  # as --write-auto writes it: at the pick's group size
+        started = tuned["auto_start"]["policy"]
+        flags[TUNED] = ["--policy", "auto"] + [
+            f"--param={k}={v}" for k, v in started.items() if k != "name"
+        ]
     predicted = {c["label"]: c["predicted_seconds"] for c in tuned["candidates"]}
     pick = pick["label"]
     if only:  # these, ``repeats`` times each, interleaved (the machine drifts), nothing else
@@ -141,9 +152,9 @@ def one(
     # first run), the pick and auto, until each has ``repeats`` runs: their medians count.
     for label in flags:
         run(label)
-    fastest = min(t[0] for label, t in times.items() if label != "auto")
+    fastest = min(t[0] for label, t in times.items() if label not in ("auto", TUNED))
     for label in flags:
-        if label in (pick, "auto") or times[label][0] <= 1.5 * fastest:
+        if label in (pick, "auto", TUNED) or times[label][0] <= 1.5 * fastest:
             while len(times[label]) < repeats:
                 run(label)
     real = {label: float(np.median(t)) for label, t in times.items()}
@@ -154,6 +165,7 @@ def one(
     ]
     print(f"  {scenario} auto (first run): {notes}", file=sys.stderr, flush=True)
     auto = real.pop("auto")
+    tuned_auto = real.pop(TUNED, math.inf)
     best = min(real, key=lambda k: real[k])
     return {
         "scenario": scenario,
@@ -163,6 +175,7 @@ def one(
         "best_real": real[best],
         "uncoded_real": real["uncoded"],
         "auto_real": auto,
+        "tuned_auto_real": tuned_auto,
         "target": target,
     }
 
@@ -204,9 +217,10 @@ def main() -> None:
         return
     print(
         "| scenario (n = 8 processes) | tune's pick | real (s) | best real | best (s) "
-        "| pick / best | uncoded / pick | auto (s) | auto / best |"
+        "| pick / best | uncoded / pick | auto (s) | auto / best | auto from tune (s) "
+        "| its / best |"
     )
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in args.scenario or list(SCENARIOS):
             r = one(scenario, Path(tmp), args.rounds, args.repeats, args.within, [])
@@ -214,7 +228,8 @@ def main() -> None:
                 f"| {r['scenario']} | {r['pick']} | {r['pick_real']:.2f} | {r['best']} | "
                 f"{r['best_real']:.2f} | {r['pick_real'] / r['best_real']:.2f} | "
                 f"{r['uncoded_real'] / r['pick_real']:.2f} | {r['auto_real']:.2f} | "
-                f"{r['auto_real'] / r['best_real']:.2f} |",
+                f"{r['auto_real'] / r['best_real']:.2f} | {r['tuned_auto_real']:.2f} | "
+                f"{r['tuned_auto_real'] / r['best_real']:.2f} |",
                 flush=True,
             )
 

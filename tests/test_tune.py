@@ -18,6 +18,7 @@ import pytest
 from codedgd.services.errors import ConfigError, JobFailed
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import prepare
+from codedgd.services.policies.auto import group_size
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.engine import rows_per_round
@@ -26,7 +27,9 @@ from codedgd.services.tuning import (
     TOPOLOGIES,
     Link,
     Observations,
+    Outcome,
     ResampledDelay,
+    auto_start,
     candidates,
     chance_limit,
     fit_delays,
@@ -208,8 +211,9 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     done = _cli("simulate", "--config", "src.toml", "-o", "src.json", "--no-progress", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     done = _cli(
-        "tune", "src.json", "--json", "--write", "best.toml", "--repeats", "2", cwd=tmp_path
-    )
+        "tune", "src.json", "--json", "--write", "best.toml", "--repeats", "2",
+        "--write-auto", "auto.toml", cwd=tmp_path,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     ranked = doc["candidates"]
@@ -227,6 +231,58 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     after = simulate(chosen.replace(target_loss=target, rounds=60), cost).records
     assert after[-1].loss <= target
     assert after[-1].wall_seconds < 0.6 * before[-1].wall_seconds
+    # --write-auto: the same job with auto, started at the group size of the best-ranked
+    # candidate auto can run (here every candidate reached the target).
+    sizes = [group_size(c["policy"].pop("name"), c["policy"]) for c in ranked]
+    r, origin = next((r, c) for r, c in zip(sizes, ranked, strict=True) if r is not None)
+    assert doc["auto_start"] == {"policy": {"name": "auto", "r": r}, "from": origin["label"]}
+    adaptive = JobConfig.from_toml(tmp_path / "auto.toml")
+    assert adaptive.policy == Component("auto", {"r": r})
+    assert adaptive.replace(policy=source.policy) == source.replace(target_loss=None)
+    ran = simulate(adaptive.replace(target_loss=target, rounds=60), cost).records
+    assert ran[-1].loss <= target
+
+
+def _outcome(name: str, options: dict[str, object], *times: float) -> Outcome:
+    return Outcome(Component(name, options), times=list(times))
+
+
+def test_auto_starts_at_the_best_candidate_it_can_run_that_reached_the_target() -> None:
+    ranked = [
+        _outcome("cyclic", {"s": 1}, 1.0, 1.1),  # reached, but not one of auto's rules
+        _outcome("g-lag", {"s": 3, "xi": 10.0}, math.inf, math.inf),  # never reached
+        _outcome("erasurehead", {"r": 4, "K": 2}, 2.0),
+        _outcome("frc", {"s": 1}, 3.0),
+    ]
+    started = auto_start(ranked)
+    assert started is not None
+    assert started[0] == Component("auto", {"r": 4}) and started[1] is ranked[2]
+    assert auto_start(ranked[:2]) is None
+    failed = dataclasses.replace(ranked[2], error="simulation failed")
+    assert auto_start([failed, ranked[3]]) == (Component("auto", {"r": 2}), ranked[3])
+
+
+def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    source = JobConfig(
+        workers=4,
+        rounds=10,
+        seed=1,
+        data=Component("synthetic", {"rows": 400, "dim": 6}),
+        stragglers=Component("exponential", {"mean": 0.1}),
+    )
+    (tmp_path / "src.toml").write_text(_toml(source))
+    made = _cli("simulate", "-c", "src.toml", "-o", "s.json", "--no-progress", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    done = _cli(
+        "tune", "s.json", "--policy", "cyclic", "--write-auto", "a.toml", "--no-progress",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--write-auto: no candidate auto can run" in done.stderr
+    assert "search them (--policy)" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "a.toml").exists()
 
 
 def test_tune_aims_at_a_gap_to_the_optimum(tmp_path: Path) -> None:

@@ -41,7 +41,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "replication. With --link-latency and --link-bandwidth (the links between "
             "workers, which a run's delays do not measure) the worker-to-worker topologies "
             "(ring-allreduce, tree, codedreduce) are searched too. "
-            "--write saves the winner as a job file for `codedgd run --config`. "
+            "--write saves the winner as a job file for `codedgd run --config`; "
+            "--write-auto saves one of `auto` started at the winner's group size. "
             "With --probe JOB.toml it first runs a short uncoded job on the live pool "
             "(--coordinator) and tunes on that. See docs/tuning.md."
         ),
@@ -137,6 +138,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=8, help="candidates to print (default 8)")
     p.add_argument("--write", metavar="JOB.toml", help="write the winner as a job file")
     p.add_argument(
+        "--write-auto",
+        metavar="JOB.toml",
+        help="write a job file of --policy auto that starts at the group size r of the best "
+        "candidate auto can run (uncoded, ignore-stragglers, frc, erasurehead, lag-ps, "
+        "g-lag) and adapts from there",
+    )
+    p.add_argument(
         "--fit-figure",
         metavar="FIT.png",
         help="plot the delays' distribution and the fitted families (needs codedgd[report])",
@@ -157,6 +165,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from codedgd.services.tuning import (
         SEARCHED,
         Link,
+        auto_start,
         fit_delays,
         label,
         observe,
@@ -245,6 +254,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
+    started = auto_start(outcomes)
     if args.json:
         doc = {
             "source": str(args.results),
@@ -254,6 +264,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "fits": [f.to_dict() for f in fit.fits],
             "slowness": [float(s) for s in slowness],
             "candidates": [o.to_dict() for o in outcomes],
+            # auto's start (--write-auto): the group size of the best candidate it can run
+            "auto_start": (
+                {"policy": started[0].to_dict(), "from": started[1].label}
+                if started is not None
+                else None
+            ),
         }
         print(json.dumps(doc, indent=1, allow_nan=False))
     else:
@@ -268,17 +284,45 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
         return 1
     if args.write:
-        import tomli_w
-
-        chosen = source.replace(policy=winner.policy, partitions=0)
-        Path(args.write).write_text(
-            f"# written by codedgd tune from {args.results}: {label(winner.policy)}\n"
-            + tomli_w.dumps(_toml_ready(chosen.to_dict())),
-            encoding="utf-8",
-        )
+        _write(args.write, source.replace(policy=winner.policy, partitions=0), args.results)
         if not args.json:
             print(f"wrote {args.write} ({winner.label}); run it: codedgd run --config {args.write}")
+    if args.write_auto:
+        if started is None:
+            raise ConfigError(
+                "--write-auto: no candidate auto can run (uncoded, ignore-stragglers, frc, "
+                "erasurehead, lag-ps, g-lag) reached the target: search them (--policy), "
+                "or write the winner with --write"
+            )
+        policy, origin = started
+        _write(
+            args.write_auto,
+            source.replace(policy=policy, partitions=0),
+            args.results,
+            f"auto starting at r={policy.options['r']}, the group size of {origin.label}",
+        )
+        if not args.json:
+            rank = outcomes.index(origin) + 1
+            print(
+                f"wrote {args.write_auto} (auto starting at r={policy.options['r']}, the group "
+                f"size of {origin.label}, rank {rank}); run it: codedgd run --config "
+                f"{args.write_auto}"
+            )
     return 0
+
+
+def _write(path: str, job: Any, source: str, why: str = "") -> None:
+    """Save ``job`` (a JobConfig) as a TOML job file, saying where it came from."""
+    import tomli_w
+
+    from codedgd.services.tuning import label
+
+    said = why or label(job.policy)
+    Path(path).write_text(
+        f"# written by codedgd tune from {source}: {said}\n"
+        + tomli_w.dumps(_toml_ready(job.to_dict())),
+        encoding="utf-8",
+    )
 
 
 _SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")

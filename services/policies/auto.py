@@ -57,7 +57,7 @@ from codedgd.services.policies.base import Estimate, JobContext, Param, Plan, Ro
 from codedgd.services.policies.erasurehead import ErasureHead
 from codedgd.services.policies.lag import D_PARAM, DEFAULT_D, check_ride
 from codedgd.services.policies.lag_coded import GroupLag
-from codedgd.services.policies.registry import register
+from codedgd.services.policies.registry import create, register
 from codedgd.services.records import RoundRecord
 from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS
 
@@ -128,6 +128,26 @@ def _weights(text: str) -> tuple[float, ...]:
     if bad:
         raise ConfigError(f"auto: lazy weights {bad} are not > 0: give xi > 0, or lazy=none")
     return tuple(sorted(values))
+
+
+def group_size(name: str, options: Mapping[str, Any]) -> int | None:
+    """The group size r of the fixed policy ``name`` with ``options`` when auto has it among
+    its rules (groups of r workers sharing r partitions: uncoded, ignore-stragglers and
+    lag-ps at r = 1; frc and g-lag at s + 1; erasurehead at its r), or None for a policy of
+    another placement (cyclic, lagc, hetero, the topologies, frc voting out corrupt
+    workers). ``codedgd tune --write-auto`` starts auto at the best such policy's r, so
+    its rounds there need no data moved."""
+    if name in ("uncoded", "ignore-stragglers", "lag-ps"):
+        return 1
+    if name not in ("frc", "g-lag", "erasurehead"):
+        return None
+    policy = create(name, options)  # (its defaults, and a clear error for bad options)
+    if isinstance(policy, ErasureHead):
+        return policy.r
+    if getattr(policy, "byzantine", 0):
+        return None
+    s = getattr(policy, "s", None)
+    return s + 1 if isinstance(s, int) else None
 
 
 @register

@@ -55,6 +55,7 @@ from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, JobFailed, PlanError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
+from codedgd.services.policies.auto import group_size
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import CostModel
@@ -285,6 +286,23 @@ class Outcome:
             "exact": self.exact,
             "error": self.error,
         }
+
+
+def auto_start(outcomes: Sequence[Outcome]) -> tuple[Component, Outcome] | None:
+    """``auto`` started where the search says: at the group size r of the best-ranked
+    candidate that reached the target and is one of auto's rules
+    (:func:`~codedgd.services.policies.auto.group_size`), with that candidate; None when
+    no such candidate reached it. Its first rounds then need no data moved, where the
+    default start (r = 2) had to move to the cluster's group size first: on real
+    processes those rounds and the move cost about what the best fixed policy's whole
+    job did (docs/tuning.md)."""
+    for outcome in outcomes:
+        if outcome.error or not outcome.reached:
+            continue
+        r = group_size(outcome.policy.name, outcome.policy.options)
+        if r is not None:
+            return Component("auto", {"r": r}), outcome
+    return None
 
 
 def _rows_held(prepared: Prepared) -> np.ndarray:

@@ -13,7 +13,7 @@ from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from codedgd.services.job.prepare import prepare
-from codedgd.services.policies.auto import Auto, Choice
+from codedgd.services.policies.auto import Auto, Choice, group_size
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
@@ -557,3 +557,29 @@ def test_by_default_it_starts_with_g_lags_rounds_and_decides_when_their_warm_up_
     for options in ({"lazy": "none"}, {"start": "exact"}):
         policy = prepare(_lazy_job(**options), None).policy
         assert isinstance(policy, Auto) and policy.current == Choice(2, 8) and policy.first == 2
+
+
+@pytest.mark.parametrize("n", [8, 12])
+def test_auto_at_a_policys_group_size_holds_exactly_that_policys_data(n: int) -> None:
+    # tune --write-auto starts auto at the group size of a fixed policy; its rounds there
+    # must need no data moved: auto's plan places every worker's partitions as the
+    # policy's does. Every policy and parameters tune searches: each either maps to a
+    # group size with exactly that placement, or to none.
+    from codedgd.services.tuning import SEARCHED, TOPOLOGIES, candidates
+
+    mapped: set[str] = set()
+    for c in candidates(n, SEARCHED + TOPOLOGIES, speeds=np.linspace(0.5, 1.0, n)):
+        r = group_size(c.name, c.options)
+        policy = create(c.name, c.options)
+        plan = policy.plan(n, policy.default_partitions(n))
+        if r is None:
+            assert c.name in ("cyclic", "lagc", "hetero", *TOPOLOGIES), c
+            continue
+        mapped.add(c.name)
+        auto = Auto(r=r)
+        assert auto.default_partitions(n) == plan.n_partitions
+        ours = auto.plan(n, plan.n_partitions)
+        assert plan.lacking(ours) == ((),) * n and ours.lacking(plan) == ((),) * n, c
+    assert mapped == {"uncoded", "ignore-stragglers", "frc", "erasurehead", "lag-ps", "g-lag"}
+    assert group_size("frc", {"s": 3, "byzantine": 1}) is None  # a vote: not auto's rule
+    assert group_size("g-lag", {}) == 2 and group_size("erasurehead", {}) == 2  # defaults
