@@ -42,7 +42,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "workers, which a run's delays do not measure) the worker-to-worker topologies "
             "(ring-allreduce, tree, codedreduce) are searched too. "
             "--write saves the winner as a job file for `codedgd run --config`; "
-            "--write-auto saves one of `auto` started at the winner's group size. "
+            "--write-auto saves one of `auto` started at the group size of the best "
+            "candidate it can run. "
             "With --probe JOB.toml it first runs a short uncoded job on the live pool "
             "(--coordinator) and tunes on that. See docs/tuning.md."
         ),
@@ -83,8 +84,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     target.add_argument(
         "--target-loss",
         type=float,
-        help="training loss to reach (default: the run's target_loss, else the loss the "
-        "run ended at)",
+        help="training loss to reach (default: the run's target_loss, with --probe "
+        "JOB.toml's, else the loss the run ended at)",
     )
     target.add_argument(
         "--target-gap",
@@ -97,7 +98,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--rounds",
         type=int,
-        help="most rounds a candidate may take (default: twice the run's rounds)",
+        help="most rounds a candidate may take (default: twice the run's rounds; with "
+        "--probe, at least JOB.toml's)",
     )
     p.add_argument(
         "--repeats",
@@ -136,7 +138,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="one worker's link bandwidth, bytes/s (inf: free); give both or neither",
     )
     p.add_argument("--top", type=int, default=8, help="candidates to print (default 8)")
-    p.add_argument("--write", metavar="JOB.toml", help="write the winner as a job file")
+    p.add_argument(
+        "--write",
+        metavar="JOB.toml",
+        help="write the winner as a job file: the run's job (with --probe, JOB.toml) with "
+        "the winner's policy",
+    )
     p.add_argument(
         "--write-auto",
         metavar="JOB.toml",
@@ -167,7 +174,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         Link,
         auto_start,
         fit_delays,
-        label,
         observe,
         observe_trace,
         search,
@@ -193,6 +199,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise ConfigError(f"{args.results} holds no job this version can read: {exc}") from None
     n = source.workers
+    # What a written job is made from: the job itself. A probe's result file holds the
+    # probe (uncoded, --probe-rounds rounds, no target); the user's job is JOB.toml.
+    job = JobConfig.from_toml(args.probe) if args.probe is not None else source
     obs = observe(records, n)
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
@@ -205,7 +214,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         optimal = job_optimum(source, args.data_dir)
         target = optimal.target(args.target_gap)
     if target is None:
-        target = source.target_loss
+        target = job.target_loss
     if target is None:
         losses = [r.loss for r in records if math.isfinite(r.loss)]
         if not losses:
@@ -213,7 +222,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         target = losses[-1]
     if not math.isfinite(target):
         raise ConfigError(f"--target-loss must be a finite number, got {target!r}")
-    rounds = args.rounds or 2 * max(len(records), 1)
+    rounds = args.rounds or max(2 * len(records), job.rounds if args.probe else 1)
     slowness = obs.slowness()  # compute and persistent delay: what the replay models
     slow = [(w, float(slowness[w])) for w in np.argsort(-slowness) if slowness[w] >= 1.5]
     if not args.json:
@@ -284,7 +293,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
         return 1
     if args.write:
-        _write(args.write, source.replace(policy=winner.policy, partitions=0), args.results)
+        _write(args.write, job.replace(policy=winner.policy, partitions=0), args.results)
         if not args.json:
             print(f"wrote {args.write} ({winner.label}); run it: codedgd run --config {args.write}")
     if args.write_auto:
@@ -297,7 +306,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         policy, origin = started
         _write(
             args.write_auto,
-            source.replace(policy=policy, partitions=0),
+            job.replace(policy=policy, partitions=0),
             args.results,
             f"auto starting at r={policy.options['r']}, the group size of {origin.label}",
         )
@@ -308,6 +317,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 f"size of {origin.label}, rank {rank}); run it: codedgd run --config "
                 f"{args.write_auto}"
             )
+            if rank > 1:
+                print(
+                    f"  (auto cannot run the winner, {winner.label}: it adapts only groups of "
+                    "r workers sharing r partitions; --write writes the winner itself)"
+                )
     return 0
 
 

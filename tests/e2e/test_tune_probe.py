@@ -9,6 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from codedgd.services.job import Component, JobConfig
 from tests.conftest import CoordinatorProcess, WorkerProcesses
 
 JOB = """
@@ -36,6 +37,7 @@ def _tune(tmp: Path, coordinator: str, n: int) -> subprocess.CompletedProcess[st
             sys.executable, "-m", "codedgd.client.cli", "tune", "--probe", f"job{n}.toml",
             "--probe-rounds", "8", "--coordinator", coordinator, "--repeats", "1", "--json",
             "--policy", "uncoded", "--policy", "frc", "--write", "best.toml",
+            "--write-auto", "auto.toml",
         ],
         capture_output=True,
         text=True,
@@ -80,7 +82,15 @@ def test_a_probe_job_is_tuned_on_and_a_pool_too_small_is_refused(
         assert all(len(r["worker_compute_seconds"]) == 4 for r in probe["rounds"])
         labels = [c["label"] for c in json.loads(done.stdout)["candidates"]]
         assert set(labels) == {"uncoded", "frc s=1"}
-        assert (tmp_path / "best.toml").is_file()
+        # The written jobs are the user's job (job4.toml: 100 rounds), not the probe's, with
+        # the winner, and auto at the winner's group size (uncoded's is 1, frc s=1's 2).
+        job = JobConfig.from_toml(tmp_path / "job4.toml")
+        best = json.loads(done.stdout)["candidates"][0]
+        winner = Component(best["policy"].pop("name"), best["policy"])
+        assert JobConfig.from_toml(tmp_path / "best.toml") == job.replace(policy=winner)
+        size = 1 if winner.name == "uncoded" else 2
+        adaptive = JobConfig.from_toml(tmp_path / "auto.toml")
+        assert adaptive == job.replace(policy=Component("auto", {"r": size}))
         small = _tune(tmp_path, coordinator.target, 6)
         assert small.returncode == 2
         assert "has 4 worker(s) connected but the job needs 6" in small.stderr
