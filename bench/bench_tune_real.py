@@ -117,6 +117,11 @@ def one(
         flags[TUNED] = ["--policy", "auto"] + [
             f"--param={k}={v}" for k, v in started.items() if k != "name"
         ]
+        print(
+            f"  {scenario} {TUNED}: {flags[TUNED][2:]} (from {tuned['auto_start']['from']})",
+            file=sys.stderr,
+            flush=True,
+        )
     predicted = {c["label"]: c["predicted_seconds"] for c in tuned["candidates"]}
     pick = pick["label"]
     if only:  # these, ``repeats`` times each, interleaved (the machine drifts), nothing else

@@ -164,7 +164,13 @@ class Auto(ErasureHead):
     exact = False
     adapts = True
     parameters = (
-        Param("r", int, 2, "starting group size: workers sharing r partitions (r divides n)"),
+        Param(
+            "r",
+            int,
+            2,
+            "starting group size: workers sharing r partitions (r divides n); `codedgd tune "
+            "RESULTS.json --write-auto JOB.toml` sets it from a run on your cluster",
+        ),
         Param(
             "sizes",
             str,
