@@ -262,12 +262,11 @@ def test_auto_starts_at_the_best_candidate_it_can_run_that_reached_the_target() 
     assert auto_start([failed, ranked[3]]) == (Component("auto", {"r": 2}), ranked[3])
 
 
-def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
-    tmp_path: Path,
-) -> None:
+def _small_run(tmp_path: Path, rounds: int) -> None:
+    """A finished run to tune on, in tmp_path/s.json: 4 workers, exponential delays."""
     source = JobConfig(
         workers=4,
-        rounds=10,
+        rounds=rounds,
         seed=1,
         data=Component("synthetic", {"rows": 400, "dim": 6}),
         stragglers=Component("exponential", {"mean": 0.1}),
@@ -275,6 +274,12 @@ def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
     (tmp_path / "src.toml").write_text(_toml(source))
     made = _cli("simulate", "-c", "src.toml", "-o", "s.json", "--no-progress", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
+
+
+def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    _small_run(tmp_path, 10)  # s.json
     done = _cli(
         "tune", "s.json", "--policy", "cyclic", "--write-auto", "a.toml", "--no-progress",
         cwd=tmp_path,
@@ -286,16 +291,7 @@ def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
 
 
 def test_tune_aims_at_a_gap_to_the_optimum(tmp_path: Path) -> None:
-    source = JobConfig(
-        workers=4,
-        rounds=12,
-        seed=1,
-        data=Component("synthetic", {"rows": 400, "dim": 6}),
-        stragglers=Component("exponential", {"mean": 0.1}),
-    )
-    (tmp_path / "src.toml").write_text(_toml(source))
-    made = _cli("simulate", "-c", "src.toml", "-o", "s.json", "--no-progress", cwd=tmp_path)
-    assert made.returncode == 0, made.stderr
+    _small_run(tmp_path, 12)  # s.json
     done = _cli(
         "tune", "s.json", "--json", "--target-gap", "0.05", "--policy", "uncoded", cwd=tmp_path
     )
