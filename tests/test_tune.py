@@ -288,6 +288,11 @@ def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
     assert "--write-auto: no candidate auto can run" in done.stderr
     assert "search them (--policy)" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "a.toml").exists()
+    # A job file that cannot be written is refused before the search, naming the directory.
+    nowhere = _cli("tune", "s.json", "--write-auto", "no/such/dir/a.toml", cwd=tmp_path)
+    assert nowhere.returncode == 2 and "Traceback" not in nowhere.stderr
+    assert "the directory" in nowhere.stderr and "no/such/dir does not exist" in nowhere.stderr
+    assert "candidates" not in nowhere.stdout  # (no search was run)
 
 
 def test_tune_aims_at_a_gap_to_the_optimum(tmp_path: Path) -> None:

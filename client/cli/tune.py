@@ -191,6 +191,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "give both --link-latency and --link-bandwidth (the links between workers), or neither"
         )
     link = Link(args.link_latency, args.link_bandwidth) if args.link_latency is not None else None
+    for flag, path in (("--write", args.write), ("--write-auto", args.write_auto)):
+        # Before the search, not after it: a search of minutes lost to a typo.
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise ConfigError(
+                f"{flag} {path}: the directory {Path(path).resolve().parent} does not exist: "
+                "create it, or write the job file elsewhere"
+            )
     if args.probe is not None:
         args.results = _probe(args)
     job_doc, _, records = read_result_file(args.results)
