@@ -199,16 +199,26 @@ class LazyPolicy(Policy, ABC):
         condition, and a unit refreshed early only has a fresher message. What it changes
         is the rhythm: units that would fire a round or two apart are asked together, so
         fewer rounds wait for anyone (docs/lag.md, "Riding along")."""
+        fired, riders = self._ps_riders(smoothness)
+        picked: np.ndarray = fired | riders
+        return picked
+
+    def _ps_riders(self, smoothness: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the units LAG-PS's own rule picks, the units that ride along with them): see
+        :meth:`_ps_triggered`. A rider meets LAG's skip condition: its last message may
+        stand in for it."""
         if smoothness.shape != (self._units,):
             raise DecodeError(f"{self.name}: used before bind() (the coordinator binds the data)")
+        none = np.zeros(self._units, dtype=bool)
         if self.warming_up():
-            return np.ones(self._units, dtype=bool)
+            return np.ones(self._units, dtype=bool), none
         lhs = smoothness**2 * self._stale_distance()
         rhs = self.rhs()
         fired: np.ndarray = (lhs > rhs) | ~self._has
         if self.ride < 1.0 and fired.any():
-            fired |= lhs > self.ride * rhs
-        return fired
+            riders: np.ndarray = (lhs > self.ride * rhs) & ~fired
+            return fired, riders
+        return fired, none
 
     def _store(self, unit: int, payload: np.ndarray) -> None:
         assert self._latest is not None and self._theta_hat is not None

@@ -161,6 +161,15 @@ class LagCoded(LazyPolicy):
         xi_param(10.0),
         Param("h", str, "orthonormal", "the cyclic code's H: orthonormal or gaussian"),
         Param("tol", float, 1e-6, "largest decode residual max|a^T B_F - 1^T| accepted"),
+        Param(
+            "ride",
+            float,
+            1.0,
+            "in a round that contacts some worker, also contact those past this fraction of "
+            "their trigger; they count at once with their last message, as untriggered "
+            "workers do, and a fresh one replaces it if it comes before the round ends "
+            "(never waited for); 1: LAG's rule",
+        ),
     )
 
     def __init__(
@@ -171,8 +180,9 @@ class LagCoded(LazyPolicy):
         h: str = "orthonormal",
         tol: float = 1e-6,
         seed: int = 0,
+        ride: float = 1.0,
     ) -> None:
-        super().__init__(D, xi)
+        super().__init__(D, xi, ride)
         check_code_options(self.name, h, tol)
         self.s = s
         self.h = h
@@ -212,8 +222,8 @@ class LagCoded(LazyPolicy):
 
     def begin_round(self, t: int, theta: np.ndarray) -> RoundSpec:
         self._start(t, theta, int(theta.shape[0]))
-        fired = self._ps_triggered(self.smoothness)
-        self._acceptable = set(np.flatnonzero(~fired).tolist())
+        fired, riders = self._ps_riders(self.smoothness)
+        self._acceptable = set(np.flatnonzero(~fired).tolist())  # (riders count at once)
         self._seen = set()
         self._wait.good = self._decodes_well()
         if self._wait.good:  # enough stale messages count, and they decode: no one is contacted
@@ -221,7 +231,7 @@ class LagCoded(LazyPolicy):
             return RoundSpec(round=t, workers=())
         if len(self._acceptable) >= self.wanted:
             self.extended_rounds += 1  # enough, but near-singular: ask the others too
-        self._contacted = frozenset(np.flatnonzero(fired).tolist())
+        self._contacted = frozenset(np.flatnonzero(fired | riders).tolist())
         return RoundSpec(round=t, workers=tuple(sorted(self._contacted)))
 
     def _decodes_well(self) -> bool:
@@ -240,9 +250,9 @@ class LagCoded(LazyPolicy):
             return True  # decodable already: a later message is not needed
         vector = check_payload(self.name, worker, payload, self._latest.shape[1])
         self._seen.add(worker)  # after the check: a faulty worker's replacement may offer
-        self._store(worker, vector)
+        self._store(worker, vector)  # (a rider's fresh message replaces its stale one)
+        enough_before = len(self._acceptable) >= self.wanted
         self._acceptable.add(worker)
-        enough_before = len(self._acceptable) - 1 >= self.wanted
         self._wait.good = self._decodes_well()
         if not self._wait.good and len(self._acceptable) == self.wanted and not enough_before:
             self.extended_rounds += 1  # the first n-S cannot decode: wait for more

@@ -516,8 +516,56 @@ def simulate_rounds(config: JobConfig) -> list[Any]:
     return list(Simulator(config, CostModel()).run().records)
 
 
+def test_lagc_riders_are_contacted_count_at_once_and_never_hold_a_round() -> None:
+    """lagc with ride: each round contacts a superset of what LAG's rule contacts from the
+    same state; a rider counts at once with its last message (as an untriggered worker
+    does), a fresh one replaces it when it comes in time, and the round ends at the same
+    arrival of a triggered worker as under LAG's rule. Every decode is exact (gradients
+    that do not depend on θ: stale coded messages are exact ones)."""
+    n, s, dim = 8, 2, 5
+    rng = np.random.default_rng(4)
+    grads = rng.standard_normal((n, dim))
+    L = rng.uniform(0.001, 0.3, size=n)
+    ctx = context(20, 0.3, lambda parts: float(L[parts[0]]))
+    policy = create("lagc", {"s": s, "D": 2, "xi": 5.0, "ride": 0.5}, seed=2)
+    twin = create("lagc", {"s": s, "D": 2, "xi": 5.0}, seed=2)  # LAG's rule
+    assert isinstance(policy, LagCoded) and isinstance(twin, LagCoded)
+    plan = policy.plan(n, n)
+    twin.plan(n, n)
+    policy.bind(ctx)
+    twin.bind(ctx)
+    theta = np.zeros(dim)
+    rode = refreshed = 0
+    for t in range(60):
+        theta = theta + rng.standard_normal(dim) * 0.3 / (1 + t)
+        twin.load_state(policy.state())
+        own = set(twin.begin_round(t, theta).workers)
+        asked = set(policy.begin_round(t, theta).workers)
+        assert own <= asked and (own or not asked), f"round {t}: {own} vs {asked}"
+        riders = asked - own
+        rode += len(riders)
+        done = policy.feasible(frozenset())
+        assert done == twin.feasible(frozenset())
+        for i in rng.permutation(sorted(asked)).tolist():
+            if done:
+                break
+            wp = plan.workers[i]
+            message = grads[list(wp.partitions)].T @ wp.coefficients[:, 0]
+            done = policy.offer(i, message)
+            if i in riders:
+                refreshed += 1
+                assert not done or t < 2  # a rider's message completes no round
+            else:
+                assert done == twin.offer(i, message), f"round {t}: worker {i}"
+        assert done
+        estimate = policy.decode()
+        np.testing.assert_allclose(estimate.gradient, grads.sum(axis=0), rtol=1e-9, atol=1e-9)
+        assert estimate.workers_used == twin.decode().workers_used  # (riders counted)
+    assert rode > 10 and refreshed > 0, (rode, refreshed)
+
+
 @pytest.mark.parametrize("ride", [-0.1, 1.5, float("nan")])
 def test_a_ride_outside_zero_to_one_is_refused(ride: float) -> None:
-    for name in ("lag-ps", "g-lag"):
+    for name in ("lag-ps", "g-lag", "lagc"):
         with pytest.raises(ConfigError, match=r"ride=.* is not a fraction in \[0, 1\]"):
             create(name, {"ride": ride})
