@@ -55,6 +55,7 @@ from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.policies.base import Estimate, JobContext, Param, Plan, RoundSpec
 from codedgd.services.policies.erasurehead import ErasureHead
+from codedgd.services.policies.frc import FractionalRepetition
 from codedgd.services.policies.lag import D_PARAM, DEFAULT_D, check_ride
 from codedgd.services.policies.lag_coded import GroupLag
 from codedgd.services.policies.registry import create, register
@@ -144,10 +145,11 @@ def group_size(name: str, options: Mapping[str, Any]) -> int | None:
     policy = create(name, options)  # (its defaults, and a clear error for bad options)
     if isinstance(policy, ErasureHead):
         return policy.r
-    if getattr(policy, "byzantine", 0):
-        return None
-    s = getattr(policy, "s", None)
-    return s + 1 if isinstance(s, int) else None
+    if isinstance(policy, GroupLag):
+        return policy.s + 1
+    if isinstance(policy, FractionalRepetition) and not policy.byzantine:
+        return policy.s + 1
+    return None
 
 
 @register
