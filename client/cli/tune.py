@@ -299,10 +299,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    # How to run a written job: on this machine, or on the pool the probe ran on.
+    runner = (
+        f"codedgd submit --coordinator {args.coordinator} [the same --token/--tls options] --config"
+        if args.probe is not None
+        else "codedgd run --config"
+    )
     if args.write:
         _write(args.write, job.replace(policy=winner.policy, partitions=0), args.results)
         if not args.json:
-            print(f"wrote {args.write} ({winner.label}); run it: codedgd run --config {args.write}")
+            print(f"wrote {args.write} ({winner.label}); run it: {runner} {args.write}")
     if args.write_auto:
         if started is None:
             raise ConfigError(
@@ -321,8 +327,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             rank = outcomes.index(origin) + 1
             print(
                 f"wrote {args.write_auto} (auto starting at r={policy.options['r']}, the group "
-                f"size of {origin.label}, rank {rank}); run it: codedgd run --config "
-                f"{args.write_auto}"
+                f"size of {origin.label}, rank {rank}); run it: {runner} {args.write_auto}"
             )
             if rank > 1:
                 print(
