@@ -212,7 +212,7 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     assert done.returncode == 0, done.stderr
     done = _cli(
         "tune", "src.json", "--json", "--write", "best.toml", "--repeats", "2",
-        "--write-auto", "auto.toml", cwd=tmp_path,
+        "--write-auto", "jobs/auto.toml", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -236,7 +236,7 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     sizes = [group_size(c["policy"].pop("name"), c["policy"]) for c in ranked]
     r, origin = next((r, c) for r, c in zip(sizes, ranked, strict=True) if r is not None)
     assert doc["auto_start"] == {"policy": {"name": "auto", "r": r}, "from": origin["label"]}
-    adaptive = JobConfig.from_toml(tmp_path / "auto.toml")
+    adaptive = JobConfig.from_toml(tmp_path / "jobs" / "auto.toml")  # (jobs/ made for it)
     assert adaptive.policy == Component("auto", {"r": r})
     assert adaptive.replace(policy=source.policy) == source.replace(target_loss=None)
     ran = simulate(adaptive.replace(target_loss=target, rounds=60), cost).records
@@ -288,11 +288,22 @@ def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
     assert "--write-auto: no candidate auto can run" in done.stderr
     assert "search them (--policy)" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "a.toml").exists()
-    # A job file that cannot be written is refused before the search, naming the directory.
-    nowhere = _cli("tune", "s.json", "--write-auto", "no/such/dir/a.toml", cwd=tmp_path)
-    assert nowhere.returncode == 2 and "Traceback" not in nowhere.stderr
-    assert "the directory" in nowhere.stderr and "no/such/dir does not exist" in nowhere.stderr
-    assert "candidates" not in nowhere.stdout  # (no search was run)
+    # A job file that cannot be written is refused before the search: a directory, or the
+    # same file for both.
+    (tmp_path / "jobs").mkdir()
+    folder = _cli("tune", "s.json", "--write-auto", "jobs", cwd=tmp_path)
+    assert folder.returncode == 2 and "Traceback" not in folder.stderr
+    assert "--write-auto jobs is a directory" in folder.stderr
+    assert "candidates" not in folder.stdout  # (no search was run)
+    twice = _cli("tune", "s.json", "--write", "j.toml", "--write-auto", "./j.toml", cwd=tmp_path)
+    assert twice.returncode == 2 and "both name j.toml" in twice.stderr
+    assert "candidates" not in twice.stdout and not (tmp_path / "j.toml").exists()
+    # With --write too: neither file is written when --write-auto cannot be.
+    both = _cli(
+        "tune", "s.json", "--policy", "cyclic", "--write", "w.toml", "--write-auto", "a.toml",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert both.returncode == 2 and not (tmp_path / "w.toml").exists()
 
 
 def test_tune_aims_at_a_gap_to_the_optimum(tmp_path: Path) -> None:

@@ -191,13 +191,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "give both --link-latency and --link-bandwidth (the links between workers), or neither"
         )
     link = Link(args.link_latency, args.link_bandwidth) if args.link_latency is not None else None
+    # Before the search, not after it: a search of minutes lost to a typo. (A missing
+    # directory is made when the file is written.)
     for flag, path in (("--write", args.write), ("--write-auto", args.write_auto)):
-        # Before the search, not after it: a search of minutes lost to a typo.
-        if path is not None and not Path(path).resolve().parent.is_dir():
+        if path is not None and Path(path).is_dir():
             raise ConfigError(
-                f"{flag} {path}: the directory {Path(path).resolve().parent} does not exist: "
-                "create it, or write the job file elsewhere"
+                f"{flag} {path} is a directory: give a file name, e.g. {path}/job.toml"
             )
+    if (
+        args.write
+        and args.write_auto
+        and Path(args.write).resolve() == Path(args.write_auto).resolve()
+    ):
+        raise ConfigError(
+            f"--write and --write-auto both name {args.write}: the second would overwrite the "
+            "first; give two file names"
+        )
     if args.probe is not None:
         args.results = _probe(args)
     job_doc, _, records = read_result_file(args.results)
@@ -305,17 +314,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if args.probe is not None
         else "codedgd run --config"
     )
+    if args.write_auto and started is None:  # (before --write: all the files asked, or none)
+        raise ConfigError(
+            "--write-auto: no candidate auto can run (uncoded, ignore-stragglers, frc, "
+            "erasurehead, lag-ps, g-lag) reached the target: search them (--policy), "
+            "or write the winner with --write"
+        )
     if args.write:
         _write(args.write, job.replace(policy=winner.policy, partitions=0), args.results)
         if not args.json:
             print(f"wrote {args.write} ({winner.label}); run it: {runner} {args.write}")
-    if args.write_auto:
-        if started is None:
-            raise ConfigError(
-                "--write-auto: no candidate auto can run (uncoded, ignore-stragglers, frc, "
-                "erasurehead, lag-ps, g-lag) reached the target: search them (--policy), "
-                "or write the winner with --write"
-            )
+    if args.write_auto and started is not None:
         policy, origin = started
         _write(
             args.write_auto,
@@ -344,6 +353,7 @@ def _write(path: str, job: Any, source: str, why: str = "") -> None:
     from codedgd.services.tuning import label
 
     said = why or label(job.policy)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(
         f"# written by codedgd tune from {source}: {said}\n"
         + tomli_w.dumps(_toml_ready(job.to_dict())),

@@ -195,6 +195,7 @@ class LagCoded(LazyPolicy):
         self._acceptable: set[int] = set()  # workers whose (stale or fresh) message counts
         self._seen: set[int] = set()  # contacted workers that answered this round
         self._contacted: frozenset[int] = frozenset()
+        self._riders: frozenset[int] = frozenset()  # contacted, but never waited for
         # Whether the messages that count decode within tol, and the wait-past-n-S rule
         # (cyclic's); lagc counts its own extended rounds, stale messages included.
         self._wait = ResidualWait()
@@ -227,11 +228,12 @@ class LagCoded(LazyPolicy):
         self._seen = set()
         self._wait.good = self._decodes_well()
         if self._wait.good:  # enough stale messages count, and they decode: no one is contacted
-            self._contacted = frozenset()
+            self._contacted = self._riders = frozenset()
             return RoundSpec(round=t, workers=())
         if len(self._acceptable) >= self.wanted:
             self.extended_rounds += 1  # enough, but near-singular: ask the others too
-        self._contacted = frozenset(np.flatnonzero(fired | riders).tolist())
+        self._riders = frozenset(np.flatnonzero(riders).tolist())
+        self._contacted = frozenset(np.flatnonzero(fired).tolist()) | self._riders
         return RoundSpec(round=t, workers=tuple(sorted(self._contacted)))
 
     def _decodes_well(self) -> bool:
@@ -256,8 +258,9 @@ class LagCoded(LazyPolicy):
         self._wait.good = self._decodes_well()
         if not self._wait.good and len(self._acceptable) == self.wanted and not enough_before:
             self.extended_rounds += 1  # the first n-S cannot decode: wait for more
-        # Decodable, or no one left to wait for (decode() then refuses, naming the residual).
-        return self._wait.good or self._seen == self._contacted
+        # Decodable, or no one left to wait for (decode() then refuses, naming the residual):
+        # riders are not waited for, their arrivals cannot change the set that counts.
+        return self._wait.good or self._contacted - self._riders <= self._seen
 
     def decoding_set(self) -> tuple[int, ...]:
         """F: the workers whose (fresh or stale) coded message the decode uses."""

@@ -17,6 +17,7 @@ JOB = """
 workers = {n}
 rounds = 100
 seed = 1
+target_loss = 0.6
 [data]
 name = "synthetic"
 rows = 600
@@ -80,7 +81,10 @@ def test_a_probe_job_is_tuned_on_and_a_pool_too_small_is_refused(
         assert probe["job"]["policy"]["name"] == "uncoded" and len(probe["rounds"]) == 8
         assert all(len(r["response_seconds"]) == 4 for r in probe["rounds"])
         assert all(len(r["worker_compute_seconds"]) == 4 for r in probe["rounds"])
-        labels = [c["label"] for c in json.loads(done.stdout)["candidates"]]
+        doc = json.loads(done.stdout)
+        # The target and the rounds a candidate may take are the job's, not the probe's.
+        assert doc["target_loss"] == 0.6 and doc["rounds"] == 100
+        labels = [c["label"] for c in doc["candidates"]]
         assert set(labels) == {"uncoded", "frc s=1"}
         # The written jobs are the user's job (job4.toml: 100 rounds), not the probe's, with
         # the winner, and auto at the winner's group size (uncoded's is 1, frc s=1's 2).

@@ -552,9 +552,11 @@ def test_lagc_riders_are_contacted_count_at_once_and_never_hold_a_round() -> Non
             wp = plan.workers[i]
             message = grads[list(wp.partitions)].T @ wp.coefficients[:, 0]
             done = policy.offer(i, message)
-            if i in riders:
+            if i in riders:  # its fresh message replaces its stale one
                 refreshed += 1
-                assert not done or t < 2  # a rider's message completes no round
+                latest = policy.latest(i)
+                assert latest is not None and np.array_equal(latest, message)
+                assert i in policy._fresh
             else:
                 assert done == twin.offer(i, message), f"round {t}: worker {i}"
         assert done
@@ -562,6 +564,26 @@ def test_lagc_riders_are_contacted_count_at_once_and_never_hold_a_round() -> Non
         np.testing.assert_allclose(estimate.gradient, grads.sum(axis=0), rtol=1e-9, atol=1e-9)
         assert estimate.workers_used == twin.decode().workers_used  # (riders counted)
     assert rode > 10 and refreshed > 0, (rode, refreshed)
+    assert policy.extended_rounds == twin.extended_rounds
+
+
+def test_lagc_does_not_wait_for_riders_when_the_triggered_messages_cannot_decode() -> None:
+    # A round whose triggered workers have all answered but whose messages cannot decode
+    # within tol has no one left to wait for: a rider counts already, its arrival cannot
+    # change the set. (A code whose every set fails, so the round ends that way.)
+    policy = _degenerate_lagc()
+    assert policy.code is not None
+    policy.code.B = np.zeros_like(DEGENERATE_B)
+    grads = np.random.default_rng(5).standard_normal((4, 7))
+    policy.begin_round(0, np.zeros(7))  # warm-up: every worker, each leaves a message
+    assert [policy.offer(w, grads[w]) for w in range(4)] == [False, False, False, True]
+    triggered = np.array([True, True, True, False])
+    policy._ps_riders = lambda smoothness: (triggered, ~triggered)  # type: ignore[method-assign]
+    assert policy.begin_round(1, np.ones(7)).workers == (0, 1, 2, 3)
+    assert not policy.offer(0, grads[0]) and not policy.offer(1, grads[1])
+    assert policy.offer(2, grads[2])  # worker 3 rides along: not waited for
+    with pytest.raises(DecodeError, match="exceeds tol"):
+        policy.decode()
 
 
 @pytest.mark.parametrize("ride", [-0.1, 1.5, float("nan")])
