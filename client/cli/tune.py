@@ -20,6 +20,7 @@ from codedgd.services.errors import ConfigError
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``tune`` to a subparsers object."""
+    from codedgd.services.policies.auto import GROUP_POLICIES
     from codedgd.services.tuning.search import HOLD, SEARCHED, TOPOLOGIES
 
     p: argparse.ArgumentParser = subparsers.add_parser(
@@ -148,8 +149,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--write-auto",
         metavar="JOB.toml",
         help="write a job file of --policy auto that starts at the group size r of the best "
-        "candidate auto can run (uncoded, ignore-stragglers, frc, erasurehead, lag-ps, "
-        "g-lag) and adapts from there",
+        f"candidate auto can run ({', '.join(GROUP_POLICIES)}) and adapts from there",
     )
     p.add_argument(
         "--fit-figure",
@@ -167,6 +167,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     import numpy as np
 
     from codedgd.services.job import JobConfig
+    from codedgd.services.policies.auto import GROUP_POLICIES
     from codedgd.services.records import read_result_file
     from codedgd.services.stragglers.models import load_trace
     from codedgd.services.tuning import (
@@ -316,9 +317,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     )
     if args.write_auto and started is None:  # (before --write: all the files asked, or none)
         raise ConfigError(
-            "--write-auto: no candidate auto can run (uncoded, ignore-stragglers, frc, "
-            "erasurehead, lag-ps, g-lag) reached the target: search them (--policy), "
-            "or write the winner with --write"
+            f"--write-auto: no candidate auto can run ({', '.join(GROUP_POLICIES)}) reached "
+            "the target: search them (--policy), or write the winner with --write"
         )
     if args.write:
         _write(args.write, job.replace(policy=winner.policy, partitions=0), args.results)

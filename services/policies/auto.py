@@ -131,6 +131,11 @@ def _weights(text: str) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
+# The fixed policies auto has among its rules: those on its placement, groups of r workers
+# sharing r partitions (:func:`group_size`).
+GROUP_POLICIES = ("uncoded", "ignore-stragglers", "frc", "erasurehead", "lag-ps", "g-lag")
+
+
 def group_size(name: str, options: Mapping[str, Any]) -> int | None:
     """The group size r of the fixed policy ``name`` with ``options`` when auto has it among
     its rules (groups of r workers sharing r partitions: uncoded, ignore-stragglers and
@@ -138,10 +143,10 @@ def group_size(name: str, options: Mapping[str, Any]) -> int | None:
     another placement (cyclic, lagc, hetero, the topologies, frc voting out corrupt
     workers). ``codedgd tune --write-auto`` starts auto at the best such policy's r, so
     its rounds there need no data moved."""
+    if name not in GROUP_POLICIES:
+        return None
     if name in ("uncoded", "ignore-stragglers", "lag-ps"):
         return 1
-    if name not in ("frc", "g-lag", "erasurehead"):
-        return None
     policy = create(name, options)  # (its defaults, and a clear error for bad options)
     if isinstance(policy, ErasureHead):
         return policy.r
