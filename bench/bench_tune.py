@@ -11,7 +11,8 @@ default policy's true time over the pick's (goal > 1), how long the tuner took, 
 ``auto`` policy's true time (its look-ahead refits the live rounds) over the best fixed
 candidate's (goal: <= 1.05, and <= 1/1.2 on the alternating scenario), and over the best
 of the candidates that are not lazy; and ``auto`` as ``codedgd tune --write-auto`` writes
-it (started at the group size of tune's pick) over the best.
+it (started at the group size of tune's pick, each worker's slowness in the source run
+its prior) over the best.
 
     python -m bench.bench_tune                          # n = 16 and 64, all six scenarios
     python -m bench.bench_tune --workers 16 --scenario alternating
@@ -134,7 +135,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         return float(np.median(times))
 
     # auto as `codedgd tune --write-auto` writes it: started at the pick's group size.
-    started = auto_start(picked)
+    started = auto_start(picked, obs.slowness())  # (with the prior tune writes)
     tuned_auto = auto_time(started[0]) if started is not None else math.inf
     return {
         "scenario": scenario,

@@ -235,9 +235,12 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     # candidate auto can run (here every candidate reached the target).
     sizes = [group_size(c["policy"].pop("name"), c["policy"]) for c in ranked]
     r, origin = next((r, c) for r, c in zip(sizes, ranked, strict=True) if r is not None)
+    # Its prior is the run's slowness of each worker (what tune printed), to 3 digits.
+    prior = doc["auto_start"]["policy"].pop("prior")
+    assert np.allclose([float(v) for v in prior.split(",")], doc["slowness"], rtol=5e-3)
     assert doc["auto_start"] == {"policy": {"name": "auto", "r": r}, "from": origin["label"]}
     adaptive = JobConfig.from_toml(tmp_path / "jobs" / "auto.toml")  # (jobs/ made for it)
-    assert adaptive.policy == Component("auto", {"r": r})
+    assert adaptive.policy == Component("auto", {"r": r, "prior": prior})
     assert adaptive.replace(policy=source.policy) == source.replace(target_loss=None)
     ran = simulate(adaptive.replace(target_loss=target, rounds=60), cost).records
     assert ran[-1].loss <= target
@@ -260,6 +263,11 @@ def test_auto_starts_at_the_best_candidate_it_can_run_that_reached_the_target() 
     assert auto_start(ranked[:2]) is None
     failed = dataclasses.replace(ranked[2], error="simulation failed")
     assert auto_start([failed, ranked[3]]) == (Component("auto", {"r": 2}), ranked[3])
+    # With the run's slowness, auto gets it as its prior (a slowness is at least 1).
+    started = auto_start(ranked, [1.0, 1.00049, 5.123456, 0.9])
+    assert started is not None
+    assert started[0] == Component("auto", {"r": 4, "prior": "1,1,5.12,1"})
+    assert auto_start(ranked, [1.0, math.nan, 1.0, 1.0]) == (Component("auto", {"r": 4}), ranked[2])
 
 
 def _small_run(tmp_path: Path, rounds: int) -> None:

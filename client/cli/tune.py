@@ -44,7 +44,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "(ring-allreduce, tree, codedreduce) are searched too. "
             "--write saves the winner as a job file for `codedgd run --config`; "
             "--write-auto saves one of `auto` started at the group size of the best "
-            "candidate it can run. "
+            "candidate it can run, with each worker's slowness as its prior. "
             "With --probe JOB.toml it first runs a short uncoded job on the live pool "
             "(--coordinator) and tunes on that. See docs/tuning.md."
         ),
@@ -149,7 +149,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--write-auto",
         metavar="JOB.toml",
         help="write a job file of --policy auto that starts at the group size r of the best "
-        f"candidate auto can run ({', '.join(GROUP_POLICIES)}) and adapts from there",
+        f"candidate auto can run ({', '.join(GROUP_POLICIES)}) and adapts from there, "
+        "with each worker's slowness on the run as its prior (for workers it has not heard)",
     )
     p.add_argument(
         "--fit-figure",
@@ -280,7 +281,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
-    started = auto_start(outcomes)
+    started = auto_start(outcomes, slowness)
     if args.json:
         doc = {
             "source": str(args.results),
@@ -330,7 +331,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             args.write_auto,
             job.replace(policy=policy, partitions=0),
             args.results,
-            f"auto starting at r={policy.options['r']}, the group size of {origin.label}",
+            f"auto starting at r={policy.options['r']}, the group size of {origin.label}; "
+            "prior: each worker's slowness on this run",
         )
         if not args.json:
             rank = outcomes.index(origin) + 1

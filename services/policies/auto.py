@@ -37,6 +37,12 @@ keeps the rule in use and the lazy rounds' memory, so a resumed job is assigned 
 that r and goes on as it would have. With lazy choices the simulator runs the job on its
 events engine (stale messages are no order of arrivals).
 
+A smaller group waits for workers the larger one's rounds may never have waited for (a
+group's first arrival ends its part of the round; its other members are cancelled), so
+the look-ahead does not try smaller groups while a worker is unheard, unless ``prior``
+gives each worker's slowness from an earlier run on the pool (``codedgd tune
+--write-auto`` writes it): it stands in for a worker until the worker answers.
+
 Without a chooser (a policy object used alone) it stays at its start rule.
 """
 
@@ -129,6 +135,28 @@ def _weights(text: str) -> tuple[float, ...]:
     if bad:
         raise ConfigError(f"auto: lazy weights {bad} are not > 0: give xi > 0, or lazy=none")
     return tuple(sorted(values))
+
+
+def _prior(text: str) -> tuple[float, ...]:
+    """The prior option: each worker's slowness (1 = a typical worker), or () for none."""
+    if not text.strip():
+        return ()
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"auto: prior={text[:60]!r}: give one slowness per worker (1 = typical, 2 = "
+            "twice as long for the same load), comma-separated, as `codedgd tune "
+            "--write-auto` writes them"
+        ) from None
+    bad = [i for i, v in enumerate(values) if not (v >= 1.0 and math.isfinite(v))]
+    if bad:
+        shown = ", ".join(f"worker {i}: {values[i]:g}" for i in bad[:8])
+        raise ConfigError(
+            f"auto: prior values are not finite numbers >= 1 ({shown}): a slowness is how "
+            "many times a typical worker's time a worker takes for the same load (1 = typical)"
+        )
+    return values
 
 
 # The fixed policies auto has among its rules: those on its placement, groups of r workers
@@ -225,6 +253,15 @@ class Auto(ErasureHead):
             "lazy rounds: in a round that asks some group, also ask those past this fraction "
             "of their trigger (g-lag's ride; 1: LAG's own rule)",
         ),
+        Param(
+            "prior",
+            str,
+            "",
+            "each worker's slowness from an earlier run (1 = typical), comma-separated, one "
+            "per worker: the look-ahead's guess for a worker the job's rounds have not "
+            "waited for (without it, smaller groups are not tried while one is unheard); "
+            "`codedgd tune --write-auto` writes it",
+        ),
     )
 
     def __init__(
@@ -238,6 +275,7 @@ class Auto(ErasureHead):
         D: int = DEFAULT_D,
         start: str = "lazy",
         ride: float = DEFAULT_RIDE,
+        prior: str = "",
     ) -> None:
         super().__init__(r=r, K=0, delta=1.0)
         if window < 5:
@@ -257,6 +295,7 @@ class Auto(ErasureHead):
         self.choices_text = choices
         self.sizes_text = sizes
         self.weights = _weights(lazy)  # the lazy ξ values
+        self.prior = _prior(prior)  # each worker's slowness from an earlier run, or ()
         self.D = D
         self.xi = 0.0  # in use: 0 = eager rounds
         self.choices: tuple[int, ...] = ()  # the K values
@@ -298,6 +337,12 @@ class Auto(ErasureHead):
         else:
             sizes = {r for r in (1, 2, 4) if r in valid}
         self.sizes = tuple(sorted(sizes | {self.r}))
+        if self.prior and len(self.prior) != n_workers:
+            raise PlanError(
+                f"auto: prior has {len(self.prior)} values but the job has {n_workers} "
+                "workers: give one slowness per worker (tune --write-auto on a run of this "
+                "pool writes them)"
+            )
         self._use(Choice(self.r, n_workers))
         self._ran = self.current
         return plan

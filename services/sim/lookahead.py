@@ -116,6 +116,14 @@ class Lookahead:
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
+        # auto's prior (each worker's slowness on an earlier run) stands in for a worker
+        # until it answers: its history starts at what that slowness means in relative
+        # terms (its excess beyond the typical worker's, per second of compute), and no
+        # worker is unheard.
+        prior = tuple(getattr(prepared.policy, "prior", ()) or ())
+        self.prior = len(prior) == config.workers
+        if self.prior:
+            self._history = [np.array([max(float(v) - 1.0, 0.0)]) for v in prior]
 
     @staticmethod
     def warm() -> None:
@@ -376,8 +384,13 @@ class Lookahead:
         start_loss = float(objective(model, theta, ds.X_train, ds.y_train))
         # A smaller group waits for workers the current rounds may never have waited
         # for: with one not heard from lately, its delay is unknown (its censored value
-        # is only a bound), and the simulator would take it for a typical worker.
-        unheard = [w for w in range(self.config.workers) if self._heard[w] < self.decisions - 5]
+        # is only a bound), and the simulator would take it for a typical worker. A prior
+        # says what it was on an earlier run.
+        unheard = [
+            w
+            for w in range(self.config.workers)
+            if not self.prior and self._heard[w] < self.decisions - 5
+        ]
         others = [
             c
             for c in choices

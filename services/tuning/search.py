@@ -288,21 +288,41 @@ class Outcome:
         }
 
 
-def auto_start(outcomes: Sequence[Outcome]) -> tuple[Component, Outcome] | None:
+def auto_start(
+    outcomes: Sequence[Outcome], slowness: Sequence[float] | np.ndarray | None = None
+) -> tuple[Component, Outcome] | None:
     """``auto`` started where the search says: at the group size r of the best-ranked
     candidate that reached the target and is one of auto's rules
     (:func:`~codedgd.services.policies.auto.group_size`), with that candidate; None when
     no such candidate reached it. Its first rounds then need no data moved, where the
     default start (r = 2) had to move to the cluster's group size first: on real
     processes those rounds and the move cost about what the best fixed policy's whole
-    job did (docs/tuning.md)."""
+    job did (docs/tuning.md).
+
+    With the source run's ``slowness`` (:meth:`Observations.slowness`, one per worker)
+    auto gets it as its ``prior``: what its look-ahead takes a worker its rounds have not
+    waited for to be, so it can try smaller groups than it started with."""
+    prior = auto_prior(slowness)
     for outcome in outcomes:
         if outcome.error or not outcome.reached:
             continue
         r = group_size(outcome.policy.name, outcome.policy.options)
         if r is not None:
-            return Component("auto", {"r": r}), outcome
+            options: dict[str, Any] = {"r": r}
+            if prior:
+                options["prior"] = prior
+            return Component("auto", options), outcome
     return None
+
+
+def auto_prior(slowness: Sequence[float] | np.ndarray | None) -> str:
+    """auto's ``prior`` option from each worker's slowness ("" for none, or not finite)."""
+    if slowness is None:
+        return ""
+    values = np.maximum(np.asarray(slowness, dtype=np.float64), 1.0)
+    if not values.size or not np.isfinite(values).all():
+        return ""
+    return ",".join(f"{v:.3g}" for v in values)
 
 
 def _rows_held(prepared: Prepared) -> np.ndarray:

@@ -9,6 +9,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from codedgd.services.job import Component, JobConfig
 from tests.conftest import CoordinatorProcess, WorkerProcesses
 
@@ -87,14 +89,17 @@ def test_a_probe_job_is_tuned_on_and_a_pool_too_small_is_refused(
         labels = [c["label"] for c in doc["candidates"]]
         assert set(labels) == {"uncoded", "frc s=1"}
         # The written jobs are the user's job (job4.toml: 100 rounds), not the probe's, with
-        # the winner, and auto at the winner's group size (uncoded's is 1, frc s=1's 2).
+        # the winner, and auto at the winner's group size (uncoded's is 1, frc s=1's 2),
+        # with the probe's slowness of each of the 4 workers as its prior.
         job = JobConfig.from_toml(tmp_path / "job4.toml")
-        best = json.loads(done.stdout)["candidates"][0]
+        best = doc["candidates"][0]
         winner = Component(best["policy"].pop("name"), best["policy"])
         assert JobConfig.from_toml(tmp_path / "best.toml") == job.replace(policy=winner)
         size = 1 if winner.name == "uncoded" else 2
         adaptive = JobConfig.from_toml(tmp_path / "auto.toml")
-        assert adaptive == job.replace(policy=Component("auto", {"r": size}))
+        prior = adaptive.policy.options["prior"]
+        assert [float(v) for v in prior.split(",")] == pytest.approx(doc["slowness"], rel=5e-3)
+        assert adaptive == job.replace(policy=Component("auto", {"r": size, "prior": prior}))
         small = _tune(tmp_path, coordinator.target, 6)
         assert small.returncode == 2
         assert "has 4 worker(s) connected but the job needs 6" in small.stderr

@@ -215,6 +215,13 @@ def test_bad_options_are_refused() -> None:
         create("auto", {"sizes": "2,3"}).plan(8, 8)
     with pytest.raises(PlanError, match="r=3 does not divide n=8"):
         create("auto", {"r": 3}).plan(8, 8)
+    with pytest.raises(ConfigError, match=r"prior=.*one slowness per worker"):
+        create("auto", {"prior": "1,fast,1"})
+    shown = r"not finite numbers >= 1 \(worker 1: 0.5, worker 2: nan\)"
+    with pytest.raises(ConfigError, match=shown):
+        create("auto", {"prior": "1,0.5,nan,1"})
+    with pytest.raises(PlanError, match="prior has 3 values but the job has 8 workers"):
+        create("auto", {"prior": "1,1,2"}).plan(8, 8)
 
 
 @pytest.mark.parametrize("batch_size", [0, 40])
@@ -351,6 +358,42 @@ def test_smaller_groups_are_not_tried_while_a_worker_was_never_heard_from(
     )
     assert choice == Choice(2, 8)
     assert "smaller groups not tried: workers [0] not heard from lately" in why
+
+
+@pytest.mark.parametrize("slow", [True, False])
+def test_a_prior_stands_in_for_a_worker_never_heard_from(tmp_path: Path, slow: bool) -> None:
+    # The pool of the test above: worker 0 is 2 s late every round and never heard at
+    # r = 2. With a prior (each worker's slowness on an earlier run) uncoded (r = 1) is
+    # tried, and judged on what the prior says of worker 0: a slowness of 41 (2 s late on
+    # 0.05 s of compute) keeps groups of 2; a prior that calls it typical is believed, and
+    # r = 1 (half the compute, no one slow known) is taken.
+    trace = tmp_path / "slow-one.json"
+    pairs = [[0.01, 0.013, 0.011, 0.015, 0.012, 0.017], [0.013, 0.01, 0.015, 0.011, 0.017, 0.012]]
+    rows = [[2.0, 0.02, *pairs[t % 2]] for t in range(10)]
+    trace.write_text(json.dumps({"delays": rows}))
+    config = JobConfig(
+        workers=8,
+        rounds=10,
+        seed=3,
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        policy=Component("frc", {"s": 1}),
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    run = simulate(config, cost)
+    prior = ",".join(["41" if slow else "1"] + ["1"] * 7)
+    auto = config.replace(policy=Component("auto", {"choices": "8", "prior": prior}), rounds=40)
+    look = Lookahead(auto, prepare(auto, None), cost)
+    choice, why = look.choose(
+        10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
+    )
+    assert "not tried" not in why
+    if slow:
+        assert choice == Choice(2, 8), why
+        assert "no other choice gets there within the margin" in why
+    else:
+        assert choice == Choice(1, 8), why
+        assert why.startswith("saves ") and "r=1 K=8: " in why
 
 
 def test_it_moves_back_to_smaller_groups_in_the_first_decision_after_a_calm_round(

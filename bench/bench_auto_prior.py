@@ -1,0 +1,77 @@
+"""``auto`` started at a given group size, with and without a prior from the source run.
+
+A lazy start at groups of r waits, in each group, for its first arrival: the others are
+cancelled, so a worker that is never first is never heard, and the look-ahead does not try
+smaller groups (they would wait for it) while one is unheard. A start at too large an r
+then stays there. ``prior`` (what ``codedgd tune --write-auto`` writes: each worker's
+slowness on the run tune read) stands in for the unheard workers, so smaller groups are
+tried. This runs, on bench_tune's scenarios, source runs and cost model (the target: the
+loss 100 rounds of uncoded reach), g-lag's lazy rules at groups of 1, 2 and 4 (xi = 10,
+with and without riding along: the best fixed rules of bench_auto_reach) and ``auto``
+started at each ``--start`` r, without and with the prior of the source run's slowness,
+three seeded runs each under the scenario's true delays (medians), and prints each auto's
+time over the best fixed rule's.
+
+    python -m bench.bench_auto_prior
+    python -m bench.bench_auto_prior --n 16 --scenario few-slow --start 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from bench.bench_auto_reach import _median_time, source_and_target
+from bench.bench_tune import SCENARIOS, cost_for
+from codedgd.services.job import Component
+from codedgd.services.policies.auto import DEFAULT_RIDE
+from codedgd.services.sim.engines import simulate
+from codedgd.services.tuning import auto_prior, observe
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_auto_prior",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--n", type=int, nargs="+", default=[16, 64])
+    p.add_argument("--scenario", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
+    p.add_argument("--start", type=int, nargs="+", default=[2, 4], help="auto's starting r")
+    a = p.parse_args()
+    started = time.time()
+    head = " | ".join(f"auto r={r} (s) | with prior (s) | / best | prior / best" for r in a.start)
+    print(f"| scenario | n | best fixed rule | its time (s) | {head} |")
+    print("|---|---:|---|---:|" + "---:|" * (4 * len(a.start)))
+    for n in a.n:
+        for scenario in a.scenario:
+            source, target = source_and_target(n, scenario)
+            slowness = observe(simulate(source, cost_for(n)).records, n).slowness()
+            prior = auto_prior(slowness)
+            rules = {
+                f"r={r} lazy xi=10" + (f" ride={ride:g}" if ride < 1 else ""): Component(
+                    "g-lag", {"s": r - 1, "xi": 10.0, "ride": ride}
+                )
+                for r in (1, 2, 4)
+                if n % r == 0
+                for ride in (1.0, DEFAULT_RIDE)
+            }
+            fixed = {name: _median_time(source, rule, target) for name, rule in rules.items()}
+            best = min(fixed, key=lambda name: fixed[name])
+            cells = []
+            for r in a.start:
+                plain = _median_time(source, Component("auto", {"r": r}), target)
+                known = _median_time(source, Component("auto", {"r": r, "prior": prior}), target)
+                cells.append(
+                    f"{plain:.2f} | {known:.2f} | {plain / fixed[best]:.2f} | "
+                    f"{known / fixed[best]:.2f}"
+                )
+            print(
+                f"| {scenario} | {n} | {best} | {fixed[best]:.2f} | {' | '.join(cells)} |",
+                flush=True,
+            )
+    print(f"\n({time.time() - started:.0f} s; bench_auto_prior.py, {time.strftime('%F')})")
+
+
+if __name__ == "__main__":
+    main()
