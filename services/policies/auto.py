@@ -39,9 +39,10 @@ events engine (stale messages are no order of arrivals).
 
 A smaller group waits for workers the larger one's rounds may never have waited for (a
 group's first arrival ends its part of the round; its other members are cancelled), so
-the look-ahead does not try smaller groups while a worker is unheard, unless ``prior``
-gives each worker's slowness from an earlier run on the pool (``codedgd tune
---write-auto`` writes it): it stands in for a worker until the worker answers.
+the look-ahead does not try a smaller group size while one of its groups would hold
+unheard workers only, unless ``prior`` gives each worker's slowness from an earlier run
+on the pool (``codedgd tune --write-auto`` writes it): it stands in for a worker until
+the worker answers.
 
 Without a chooser (a policy object used alone) it stays at its start rule.
 """
@@ -259,8 +260,8 @@ class Auto(ErasureHead):
             "",
             "each worker's slowness from an earlier run (1 = typical), comma-separated, one "
             "per worker: the look-ahead's guess for a worker the job's rounds have not "
-            "waited for (without it, smaller groups are not tried while one is unheard); "
-            "`codedgd tune --write-auto` writes it",
+            "waited for (without it, a smaller group size is not tried while one of its "
+            "groups would hold unheard workers only); `codedgd tune --write-auto` writes it",
         ),
     )
 

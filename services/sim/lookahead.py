@@ -226,6 +226,19 @@ class Lookahead:
             self._plans[r] = policy.plan(self.config.workers, len(self.prepared.blocks))
         return self._plans[r]
 
+    def _blind(self, r: int, unheard: Sequence[int]) -> bool:
+        """Would groups of r hold one of ``unheard`` workers only (so that its rounds wait
+        for delays never seen)? A group with a worker heard from ends its part of a round
+        with that worker's answer at the latest; a censored delay drawn beyond its bound
+        for the others decides little there."""
+        if not unheard:
+            return False
+        silent = set(unheard)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for w, assignment in enumerate(self.plan_for(r).workers):
+            groups.setdefault(tuple(assignment.partitions), []).append(w)
+        return any(all(w in silent for w in members) for members in groups.values())
+
     def move_cost(self, r: int) -> float:
         """Predicted seconds to move the job from its current plan to groups of r."""
         current = self.prepared.plan
@@ -391,10 +404,9 @@ class Lookahead:
             for w in range(self.config.workers)
             if not self.prior and self._heard[w] < self.decisions - 5
         ]
+        blind = {r for r in {c.r for c in choices} if r < current.r and self._blind(r, unheard)}
         others = [
-            c
-            for c in choices
-            if c != current and not (unheard and c.r < current.r) and (memory or not c.lazy)
+            c for c in choices if c != current and c.r not in blind and (memory or not c.lazy)
         ]
         spans: list[float] = []
         goals: list[float] = []
@@ -453,8 +465,11 @@ class Lookahead:
             f"{shown or 'no other choice gets there within the margin'}; "
             f"{remaining:.3g} s left"
         )
-        if unheard:
-            summary += f"; smaller groups not tried: workers {unheard} not heard from lately"
+        if blind:
+            summary += (
+                f"; groups of {', '.join(map(str, sorted(blind)))} not tried: workers "
+                f"{unheard} not heard from lately"
+            )
         fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
         if current not in choices:  # the warm-up rule is not a choice: take the best one
             best = min(choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k))

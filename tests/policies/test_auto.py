@@ -357,7 +357,41 @@ def test_smaller_groups_are_not_tried_while_a_worker_was_never_heard_from(
         10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
     )
     assert choice == Choice(2, 8)
-    assert "smaller groups not tried: workers [0] not heard from lately" in why
+    assert "groups of 1 not tried: workers [0] not heard from lately" in why
+
+
+def test_a_smaller_group_with_a_worker_heard_from_is_tried(tmp_path: Path) -> None:
+    # Groups of 4; worker 0 is 2 s late every round and never heard, the others each
+    # answer first in turn. Groups of 2 put worker 0 beside worker 1, who is heard from:
+    # that group waits for worker 1 at most, so r = 2 is tried (and, half the compute of
+    # r = 4, taken). Groups of 1 would wait for worker 0 alone: not tried.
+    trace = tmp_path / "slow-one.json"
+    rows = [
+        [2.0]
+        + [0.01 + 0.001 * (t % 5) + 0.005 * ((w - t) % 3) for w in range(1, 4)]
+        + [0.012 + 0.001 * (t % 3) + 0.005 * ((w - t) % 4) for w in range(4, 8)]
+        for t in range(12)
+    ]
+    trace.write_text(json.dumps({"delays": rows}))
+    config = JobConfig(
+        workers=8,
+        rounds=12,
+        seed=3,
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        policy=Component("frc", {"s": 3}),
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    run = simulate(config, cost)
+    heard = {w for r in run.records for w in r.response_seconds}
+    assert heard == set(range(1, 8))  # worker 0 always cancelled, every other one heard
+    auto = config.replace(policy=Component("auto", {"r": 4, "choices": "8"}), rounds=40)
+    look = Lookahead(auto, prepare(auto, None), cost)
+    choice, why = look.choose(
+        12, run.theta, run.records, Choice(4, 8), [Choice(1, 8), Choice(2, 8), Choice(4, 8)]
+    )
+    assert "groups of 1 not tried: workers [0] not heard from lately" in why
+    assert "r=2 K=8: " in why and choice == Choice(2, 8), why
 
 
 @pytest.mark.parametrize("slow", [True, False])
