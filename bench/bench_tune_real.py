@@ -111,7 +111,7 @@ def one(
         if c["label"] == "uncoded"
         or (c["predicted_seconds"] or math.inf) <= within * pick["predicted_seconds"]
     }
-    flags["auto"] = ["--policy", "auto"]  # it starts at r = 2 and chooses r and K as it runs
+    flags["auto"] = ["--policy", "auto"]  # it starts at r = 4 (n = 8) and chooses as it runs
     if tuned["auto_start"] is not None:  # as --write-auto writes it: at the pick's group size
         started = tuned["auto_start"]["policy"]
         flags[TUNED] = ["--policy", "auto"] + [

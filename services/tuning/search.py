@@ -294,10 +294,10 @@ def auto_start(
     """``auto`` started where the search says: at the group size r of the best-ranked
     candidate that reached the target and is one of auto's rules
     (:func:`~codedgd.services.policies.auto.group_size`), with that candidate; None when
-    no such candidate reached it. Its first rounds then need no data moved, where the
-    default start (r = 2) had to move to the cluster's group size first: on real
-    processes those rounds and the move cost about what the best fixed policy's whole
-    job did (docs/tuning.md).
+    no such candidate reached it. Its first rounds then need no data moved, where a
+    start at another size has to move to the cluster's first: on real processes a start
+    at r = 2 and its move to 4 cost about what the best fixed policy's whole job did
+    (docs/tuning.md).
 
     With the source run's ``slowness`` (:meth:`Observations.slowness`, one per worker)
     auto gets it as its ``prior``: what its look-ahead takes a worker its rounds have not

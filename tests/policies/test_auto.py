@@ -13,7 +13,7 @@ from codedgd.services.errors import ConfigError, PlanError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from codedgd.services.job.prepare import prepare
-from codedgd.services.policies.auto import Auto, Choice, group_size
+from codedgd.services.policies.auto import Auto, Choice, default_size, group_size
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
@@ -180,10 +180,10 @@ def test_k_n_is_frc_and_a_smaller_k_is_erasurehead() -> None:
 
 
 def test_a_checkpoint_keeps_the_r_and_k_in_use() -> None:
-    a = create("auto", {})
+    a = create("auto", {"r": 2})
     a.plan(8, 8)
     a._use(Choice(2, 4))  # type: ignore[attr-defined]
-    b = create("auto", {})
+    b = create("auto", {"r": 2})
     b.plan(8, 8)
     b.load_state(a.state())
     assert b.k == 4 and b.replan() is None  # type: ignore[attr-defined]
@@ -215,6 +215,8 @@ def test_bad_options_are_refused() -> None:
         create("auto", {"sizes": "2,3"}).plan(8, 8)
     with pytest.raises(PlanError, match="r=3 does not divide n=8"):
         create("auto", {"r": 3}).plan(8, 8)
+    with pytest.raises(ConfigError, match=r"r must be a group size >= 1 \(or 0: by n\)"):
+        create("auto", {"r": -1})
     with pytest.raises(ConfigError, match=r"prior=.*one slowness per worker"):
         create("auto", {"prior": "1,fast,1"})
     shown = r"not finite numbers >= 1 \(worker 1: 0.5, worker 2: nan\)"
@@ -630,10 +632,28 @@ def test_by_default_it_starts_with_g_lags_rounds_and_decides_when_their_warm_up_
     assert set(chooser.offered[0]) == {Choice(r, 8, 10.0) for r in (1, 2, 4)}
     assert set(chooser.offered[1]) == set(auto.options()) > set(chooser.offered[0])
     # Unbound (no data: no smoothness constants), with lazy=none or start=exact: exact.
-    assert create("auto", {}).current == Choice(2, 0)  # (K is set by plan())
+    unbound = create("auto", {})
+    unbound.plan(8, 8)
+    assert unbound.current == Choice(4, 8)  # (and r by n: see the next test)
     for options in ({"lazy": "none"}, {"start": "exact"}):
         policy = prepare(_lazy_job(**options), None).policy
         assert isinstance(policy, Auto) and policy.current == Choice(2, 8) and policy.first == 2
+
+
+@pytest.mark.parametrize(
+    ("n", "r"), [(1, 1), (2, 2), (3, 1), (4, 2), (5, 1), (6, 2), (8, 4), (10, 2), (12, 4), (64, 4)]
+)
+def test_without_r_it_starts_at_groups_of_4_where_they_fit_and_smaller_ones_elsewhere(
+    n: int, r: int
+) -> None:
+    # Groups of 4 where 4 divides n and leaves at least two groups; else pairs; else
+    # single workers (an odd n, which a fixed default r = 2 refused). The start is among
+    # the sizes it chooses from.
+    auto = create("auto", {})
+    assert isinstance(auto, Auto)
+    plan = auto.plan(n, n)
+    assert default_size(n) == r and auto.r == r and r in auto.sizes
+    assert {len(w.partitions) for w in plan.workers} == {r}
 
 
 @pytest.mark.parametrize("n", [8, 12])
