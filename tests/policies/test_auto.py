@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -330,14 +331,12 @@ def test_it_keeps_its_data_where_moving_costs_more_than_it_saves(tmp_path: Path)
     assert all(r.wait_seconds > 2.0 for r in records)
 
 
-def test_smaller_groups_are_not_tried_while_a_worker_was_never_heard_from(
-    tmp_path: Path,
-) -> None:
-    # Worker 0 is 2 s late every round; in groups of 2 its partner always answers first,
-    # so its delay is never seen: uncoded (r = 1) would wait for it, and must not be
-    # judged on the pooled fast delays.
+def _slow_one_in_pairs(tmp_path: Path, auto: dict[str, object]) -> tuple[Lookahead, Any]:
+    """Ten rounds of frc s=1 (pairs) on 8 workers where worker 0 is 2 s late every round:
+    its partner always answers first, so its delay is never seen (in the other pairs the
+    faster of the two alternates, so all of them are). The look-ahead of an auto job of
+    ``auto`` options on that pool, and the run."""
     trace = tmp_path / "slow-one.json"
-    # In the other groups the faster of the two alternates, so all of them are seen.
     pairs = [[0.01, 0.013, 0.011, 0.015, 0.012, 0.017], [0.013, 0.01, 0.015, 0.011, 0.017, 0.012]]
     rows = [[2.0, 0.02, *pairs[t % 2]] for t in range(10)]
     trace.write_text(json.dumps({"delays": rows}))
@@ -352,9 +351,16 @@ def test_smaller_groups_are_not_tried_while_a_worker_was_never_heard_from(
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     run = simulate(config, cost)
     assert all(0 not in r.response_seconds for r in run.records)  # always cancelled
-    auto = config.replace(policy=Component("auto", {"choices": "8"}), rounds=40)
-    prepared = prepare(auto, None)
-    look = Lookahead(auto, prepared, cost)
+    job = config.replace(policy=Component("auto", {"r": 2, "choices": "8", **auto}), rounds=40)
+    return Lookahead(job, prepare(job, None), cost), run
+
+
+def test_smaller_groups_are_not_tried_while_a_worker_was_never_heard_from(
+    tmp_path: Path,
+) -> None:
+    # Uncoded (r = 1) would wait for worker 0, and must not be judged on the pooled fast
+    # delays.
+    look, run = _slow_one_in_pairs(tmp_path, {})
     choice, why = look.choose(
         10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
     )
@@ -398,28 +404,13 @@ def test_a_smaller_group_with_a_worker_heard_from_is_tried(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("slow", [True, False])
 def test_a_prior_stands_in_for_a_worker_never_heard_from(tmp_path: Path, slow: bool) -> None:
-    # The pool of the test above: worker 0 is 2 s late every round and never heard at
-    # r = 2. With a prior (each worker's slowness on an earlier run) uncoded (r = 1) is
-    # tried, and judged on what the prior says of worker 0: a slowness of 41 (2 s late on
-    # 0.05 s of compute) keeps groups of 2; a prior that calls it typical is believed, and
-    # r = 1 (half the compute, no one slow known) is taken.
-    trace = tmp_path / "slow-one.json"
-    pairs = [[0.01, 0.013, 0.011, 0.015, 0.012, 0.017], [0.013, 0.01, 0.015, 0.011, 0.017, 0.012]]
-    rows = [[2.0, 0.02, *pairs[t % 2]] for t in range(10)]
-    trace.write_text(json.dumps({"delays": rows}))
-    config = JobConfig(
-        workers=8,
-        rounds=10,
-        seed=3,
-        data=Component("synthetic", {"rows": 1600, "dim": 20}),
-        policy=Component("frc", {"s": 1}),
-        stragglers=Component("trace", {"path": str(trace)}),
-    )
-    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
-    run = simulate(config, cost)
+    # The pool of _slow_one_in_pairs: worker 0 is 2 s late every round and never heard
+    # at r = 2. With a prior (each worker's slowness on an earlier run) uncoded (r = 1)
+    # is tried, and judged on what the prior says of worker 0: a slowness of 41 (2 s late
+    # on 0.05 s of compute) keeps groups of 2; a prior that calls it typical is believed,
+    # and r = 1 (half the compute, no one slow known) is taken.
     prior = ",".join(["41" if slow else "1"] + ["1"] * 7)
-    auto = config.replace(policy=Component("auto", {"choices": "8", "prior": prior}), rounds=40)
-    look = Lookahead(auto, prepare(auto, None), cost)
+    look, run = _slow_one_in_pairs(tmp_path, {"prior": prior})
     choice, why = look.choose(
         10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
     )
