@@ -2,15 +2,16 @@
 
 A lazy start at groups of r waits, in each group, for its first arrival: the others are
 cancelled, so a worker that is never first is never heard, and the look-ahead does not try
-smaller groups (they would wait for it) while one is unheard. A start at too large an r
-then stays there. ``prior`` (what ``codedgd tune --write-auto`` writes: each worker's
-slowness on the run tune read) stands in for the unheard workers, so smaller groups are
-tried. This runs, on bench_tune's scenarios, source runs and cost model (the target: the
-loss 100 rounds of uncoded reach), g-lag's lazy rules at groups of 1, 2 and 4 (xi = 10,
-with and without riding along: the best fixed rules of bench_auto_reach) and ``auto``
-started at each ``--start`` r, without and with the prior of the source run's slowness,
-three seeded runs each under the scenario's true delays (medians), and prints each auto's
-time over the best fixed rule's.
+a smaller group size while one of its groups would hold unheard workers only (its rounds
+would wait for them). A start at too large an r can then stay there. ``prior`` (what
+``codedgd tune --write-auto`` writes: each worker's slowness on the run tune read) stands
+in for the unheard workers, so smaller groups are tried. This runs, on bench_tune's
+scenarios, source runs and cost model (the target: the loss 100 rounds of uncoded
+reach), g-lag's lazy rules at groups of 1, 2 and 4 (xi = 10, with and without riding
+along: the best fixed rules of bench_auto_reach) and ``auto`` started at each
+``--start`` r, without and with the prior of the source run's slowness, three seeded
+runs each under the scenario's true delays (medians), and prints each auto's time over
+the best fixed rule's.
 
     python -m bench.bench_auto_prior
     python -m bench.bench_auto_prior --n 16 --scenario few-slow --start 4
@@ -46,8 +47,7 @@ def main() -> None:
     for n in a.n:
         for scenario in a.scenario:
             source, target = source_and_target(n, scenario)
-            slowness = observe(simulate(source, cost_for(n)).records, n).slowness()
-            prior = auto_prior(slowness)
+            prior = auto_prior(observe(simulate(source, cost_for(n)).records, n))
             rules = {
                 f"r={r} lazy xi=10" + (f" ride={ride:g}" if ride < 1 else ""): Component(
                     "g-lag", {"s": r - 1, "xi": 10.0, "ride": ride}

@@ -135,7 +135,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         return float(np.median(times))
 
     # auto as `codedgd tune --write-auto` writes it: started at the pick's group size.
-    started = auto_start(picked, obs.slowness())  # (with the prior tune writes)
+    started = auto_start(picked, obs)  # (with the prior tune writes)
     tuned_auto = auto_time(started[0]) if started is not None else math.inf
     return {
         "scenario": scenario,

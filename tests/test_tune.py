@@ -263,11 +263,25 @@ def test_auto_starts_at_the_best_candidate_it_can_run_that_reached_the_target() 
     assert auto_start(ranked[:2]) is None
     failed = dataclasses.replace(ranked[2], error="simulation failed")
     assert auto_start([failed, ranked[3]]) == (Component("auto", {"r": 2}), ranked[3])
-    # With the run's slowness, auto gets it as its prior (a slowness is at least 1).
-    started = auto_start(ranked, [1.0, 1.00049, 5.123456, 0.9])
-    assert started is not None
-    assert started[0] == Component("auto", {"r": 4, "prior": "1,1,5.12,1"})
-    assert auto_start(ranked, [1.0, math.nan, 1.0, 1.0]) == (Component("auto", {"r": 4}), ranked[2])
+    # With the run's observations, auto gets each worker's slowness as its prior; a
+    # worker the run did not wait for in at least half its rounds gets an empty entry (a
+    # cancelled worker's slowness is only a lower bound).
+    rounds = 8
+    excess = np.tile([0.01, 0.012, 0.5, 0.3], (rounds, 1)) + 0.002 * np.arange(rounds)[:, None]
+    censored = np.zeros((rounds, 4), dtype=bool)
+    censored[:, 3] = True  # worker 3: cancelled in every round
+    censored[: rounds // 2 + 1, 1] = True  # worker 1: in more than half of them
+    compute = np.where(censored, np.nan, 0.05)
+    obs = Observations(excess, censored, compute)
+    started = auto_start(ranked, obs)
+    assert started is not None and started[0].options["r"] == 4
+    prior = started[0].options["prior"].split(",")
+    assert prior[1] == prior[3] == ""
+    slowness = np.maximum(obs.slowness(), 1.0)
+    assert [float(prior[0]), float(prior[2])] == pytest.approx(slowness[[0, 2]], rel=5e-3)
+    assert float(prior[2]) > 5  # (0.5 s late on 0.05 s of compute)
+    censored[:] = True  # no worker known: no prior
+    assert auto_start(ranked, obs) == (Component("auto", {"r": 4}), ranked[2])
 
 
 def _small_run(tmp_path: Path, rounds: int) -> None:

@@ -281,7 +281,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
-    started = auto_start(outcomes, slowness)
+    started = auto_start(outcomes, obs)
     if args.json:
         doc = {
             "source": str(args.results),
@@ -331,8 +331,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             args.write_auto,
             job.replace(policy=policy, partitions=0),
             args.results,
-            f"auto starting at r={policy.options['r']}, the group size of {origin.label}; "
-            "prior: each worker's slowness on this run",
+            f"auto starting at r={policy.options['r']}, the group size of {origin.label}"
+            + ("; prior: each worker's slowness on this run" if "prior" in policy.options else ""),
         )
         if not args.json:
             rank = outcomes.index(origin) + 1

@@ -11,7 +11,8 @@ the groups near their trigger are asked along, see g-lag's option). Auto keeps a
 g-lag on its groups that follows the eager rounds too (each group's latest message and
 the θ it was computed at, θ's moves), so a switch to lazy rounds goes on from them and
 a switch back needs nothing; LAG's warm-up (every group asked, the first D rounds)
-counts the job's rounds of either kind. The job starts at the configured r in lazy
+counts the job's rounds of either kind. The job starts at the configured r (without
+one, :func:`default_size`, within ``sizes``) in lazy
 rounds at the largest weight (``start=lazy``, the default once :meth:`bind` has the
 data: their first D rounds ask every group, as exact rounds do) or with K = n
 (``start=exact``, ``lazy=none``, or unbound). At round ``first`` (2) and then every
@@ -40,9 +41,9 @@ events engine (stale messages are no order of arrivals).
 A smaller group waits for workers the larger one's rounds may never have waited for (a
 group's first arrival ends its part of the round; its other members are cancelled), so
 the look-ahead does not try a smaller group size while one of its groups would hold
-unheard workers only, unless ``prior`` gives each worker's slowness from an earlier run
-on the pool (``codedgd tune --write-auto`` writes it): it stands in for a worker until
-the worker answers.
+unheard workers only. ``prior`` gives each worker's slowness from an earlier run on the
+pool (``codedgd tune --write-auto`` writes it, for the workers that run waited for): it
+stands in for a worker until the worker answers, and a worker it knows is never unheard.
 
 Without a chooser (a policy object used alone) it stays at its start rule.
 """
@@ -138,19 +139,25 @@ def _weights(text: str) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
-def _prior(text: str) -> tuple[float, ...]:
-    """The prior option: each worker's slowness (1 = a typical worker), or () for none."""
+def _prior(text: object) -> tuple[float | None, ...]:
+    """The prior option: each worker's slowness (1 = a typical worker; None where the
+    entry is empty: not known), or () for none."""
+    if not isinstance(text, str):
+        raise ConfigError(
+            f"auto: prior must be a string of numbers, comma-separated, one per worker "
+            f'(e.g. prior = "1,1,4.2,1"), got {text!r}'
+        )
     if not text.strip():
         return ()
     try:
-        values = tuple(float(v) for v in text.split(","))
+        values = tuple(float(v) if v.strip() else None for v in text.split(","))
     except ValueError:
         raise ConfigError(
             f"auto: prior={text[:60]!r}: give one slowness per worker (1 = typical, 2 = "
-            "twice as long for the same load), comma-separated, as `codedgd tune "
-            "--write-auto` writes them"
+            "twice as long for the same load; empty: not known), comma-separated, as "
+            "`codedgd tune --write-auto` writes them"
         ) from None
-    bad = [i for i, v in enumerate(values) if not (v >= 1.0 and math.isfinite(v))]
+    bad = [i for i, v in enumerate(values) if v is not None and not (v >= 1.0 and math.isfinite(v))]
     if bad:
         shown = ", ".join(f"worker {i}: {values[i]:g}" for i in bad[:8])
         raise ConfigError(
@@ -274,10 +281,11 @@ class Auto(ErasureHead):
             "prior",
             str,
             "",
-            "each worker's slowness from an earlier run (1 = typical), comma-separated, one "
-            "per worker: the look-ahead's guess for a worker the job's rounds have not "
-            "waited for (without it, a smaller group size is not tried while one of its "
-            "groups would hold unheard workers only); `codedgd tune --write-auto` writes it",
+            "each worker's slowness from an earlier run (1 = typical; empty: not known), "
+            "comma-separated, one per worker: the look-ahead's guess for a worker the job's "
+            "rounds have not waited for (a smaller group size is not tried while one of its "
+            "groups would hold only unheard workers the prior does not know); `codedgd tune "
+            "--write-auto` writes it",
         ),
     )
 
@@ -315,7 +323,7 @@ class Auto(ErasureHead):
         self.choices_text = choices
         self.sizes_text = sizes
         self.weights = _weights(lazy)  # the lazy ξ values
-        self.prior = _prior(prior)  # each worker's slowness from an earlier run, or ()
+        self.prior = _prior(prior)  # each worker's slowness from an earlier run (or None), or ()
         self.D = D
         self.xi = 0.0  # in use: 0 = eager rounds
         self.choices: tuple[int, ...] = ()  # the K values
@@ -336,18 +344,6 @@ class Auto(ErasureHead):
         self._ran = Choice(r, 0)
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
-        if self.r_asked == 0:
-            self.r = default_size(n_workers)
-        plan = super().plan(n_workers, n_partitions)
-        self._k_parts = n_partitions
-        if self.choices_text.strip():
-            wanted = _ints(self.choices_text, "choices")
-        else:
-            wanted = {math.ceil(n_workers * f) for f in (0.25, 0.5, 0.75)} | {n_workers}
-        bad = sorted(k for k in wanted if not 1 <= k <= n_workers)
-        if bad:
-            raise PlanError(f"auto: choices {bad} are not in 1..n={n_workers}")
-        self.choices = tuple(sorted(wanted))
         valid = divisors(n_workers)
         if self.sizes_text.strip():
             sizes = _ints(self.sizes_text, "sizes")
@@ -358,6 +354,19 @@ class Auto(ErasureHead):
                 )
         else:
             sizes = {r for r in (1, 2, 4) if r in valid}
+        if self.r_asked == 0:  # by n, within the sizes given: the largest up to it
+            start = default_size(n_workers)
+            self.r = max((r for r in sizes if r <= start), default=min(sizes, default=start))
+        plan = super().plan(n_workers, n_partitions)
+        self._k_parts = n_partitions
+        if self.choices_text.strip():
+            wanted = _ints(self.choices_text, "choices")
+        else:
+            wanted = {math.ceil(n_workers * f) for f in (0.25, 0.5, 0.75)} | {n_workers}
+        bad = sorted(k for k in wanted if not 1 <= k <= n_workers)
+        if bad:
+            raise PlanError(f"auto: choices {bad} are not in 1..n={n_workers}")
+        self.choices = tuple(sorted(wanted))
         self.sizes = tuple(sorted(sizes | {self.r}))
         if self.prior and len(self.prior) != n_workers:
             raise PlanError(
@@ -556,7 +565,9 @@ class Auto(ErasureHead):
         k = state.get("k")
         if not (isinstance(k, int) and 1 <= k <= self._n):
             raise ConfigError(f"auto: the checkpoint's K={k!r} is not in 1..n={self._n}")
-        r = state.get("r", self.r)  # checkpoints before r could change hold only K
+        # Checkpoints before r could change hold only K; they ran at the job's r, which
+        # without one was 2 then.
+        r = state.get("r", self.r if self.r_asked else 2)
         if not (isinstance(r, int) and r >= 1 and self._n % r == 0):
             raise ConfigError(f"auto: the checkpoint's r={r!r} does not divide n={self._n}")
         xi = state.get("xi", 0.0)  # checkpoints before lazy choices: eager

@@ -118,12 +118,14 @@ class Lookahead:
         self._heard = [-math.inf] * config.workers
         # auto's prior (each worker's slowness on an earlier run) stands in for a worker
         # until it answers: its history starts at what that slowness means in relative
-        # terms (its excess beyond the typical worker's, per second of compute), and no
-        # worker is unheard.
+        # terms (its excess beyond the typical worker's, per second of compute), and it is
+        # never unheard. An empty entry: not known (the earlier run never waited for it).
         prior = tuple(getattr(prepared.policy, "prior", ()) or ())
-        self.prior = len(prior) == config.workers
-        if self.prior:
-            self._history = [np.array([max(float(v) - 1.0, 0.0)]) for v in prior]
+        if len(prior) != config.workers:
+            prior = ()
+        self.known = {w for w, v in enumerate(prior) if v is not None}
+        for w in self.known:
+            self._history[w] = np.array([max(float(prior[w]) - 1.0, 0.0)])
 
     @staticmethod
     def warm() -> None:
@@ -402,7 +404,7 @@ class Lookahead:
         unheard = [
             w
             for w in range(self.config.workers)
-            if not self.prior and self._heard[w] < self.decisions - 5
+            if w not in self.known and self._heard[w] < self.decisions - 5
         ]
         blind = {r for r in {c.r for c in choices} if r < current.r and self._blind(r, unheard)}
         others = [

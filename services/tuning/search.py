@@ -62,7 +62,12 @@ from codedgd.services.sim.cost import CostModel
 from codedgd.services.sim.engine import rows_per_round
 from codedgd.services.sim.engines import make_simulator
 from codedgd.services.stragglers import StragglerModel
-from codedgd.services.stragglers.fitted import DelayFit, Observations, ResampledDelay
+from codedgd.services.stragglers.fitted import (
+    MIN_LIVE_ROUNDS,
+    DelayFit,
+    Observations,
+    ResampledDelay,
+)
 
 SEARCHED = (
     "uncoded",
@@ -289,7 +294,7 @@ class Outcome:
 
 
 def auto_start(
-    outcomes: Sequence[Outcome], slowness: Sequence[float] | np.ndarray | None = None
+    outcomes: Sequence[Outcome], obs: Observations | None = None
 ) -> tuple[Component, Outcome] | None:
     """``auto`` started where the search says: at the group size r of the best-ranked
     candidate that reached the target and is one of auto's rules
@@ -299,10 +304,10 @@ def auto_start(
     at r = 2 and its move to 4 cost about what the best fixed policy's whole job did
     (docs/tuning.md).
 
-    With the source run's ``slowness`` (:meth:`Observations.slowness`, one per worker)
-    auto gets it as its ``prior``: what its look-ahead takes a worker its rounds have not
-    waited for to be, so it can try smaller groups than it started with."""
-    prior = auto_prior(slowness)
+    With the source run's observations, auto gets their :func:`auto_prior`: what its
+    look-ahead takes a worker its rounds have not waited for to be, so it can try smaller
+    groups than it started with."""
+    prior = auto_prior(obs) if obs is not None else ""
     for outcome in outcomes:
         if outcome.error or not outcome.reached:
             continue
@@ -315,14 +320,22 @@ def auto_start(
     return None
 
 
-def auto_prior(slowness: Sequence[float] | np.ndarray | None) -> str:
-    """auto's ``prior`` option from each worker's slowness ("" for none, or not finite)."""
-    if slowness is None:
+def auto_prior(obs: Observations) -> str:
+    """auto's ``prior`` option from a run's observations: each worker's slowness
+    (:meth:`Observations.slowness`, to three digits), or an empty entry for a worker the
+    run did not wait for in at least half of the rounds it asked it (and two): a coded
+    run cancels its slow workers, whose slowness is then only a lower bound, and a prior
+    that called them typical would send auto to groups that wait for them. "" when no
+    worker is known, or a slowness is not finite."""
+    slowness = np.maximum(obs.slowness(), 1.0)
+    if not np.isfinite(slowness).all():
         return ""
-    values = np.maximum(np.asarray(slowness, dtype=np.float64), 1.0)
-    if not values.size or not np.isfinite(values).all():
+    seen = ~np.isnan(obs.excess)
+    answered = (seen & ~obs.censored).sum(axis=0)
+    known = (answered >= MIN_LIVE_ROUNDS) & (2 * answered >= seen.sum(axis=0))
+    if not known.any():
         return ""
-    return ",".join(f"{v:.3g}" for v in values)
+    return ",".join(f"{v:.3g}" if k else "" for v, k in zip(slowness, known, strict=True))
 
 
 def _rows_held(prepared: Prepared) -> np.ndarray:

@@ -225,6 +225,8 @@ def test_bad_options_are_refused() -> None:
         create("auto", {"prior": "1,0.5,nan,1"})
     with pytest.raises(PlanError, match="prior has 3 values but the job has 8 workers"):
         create("auto", {"prior": "1,1,2"}).plan(8, 8)
+    with pytest.raises(ConfigError, match=r"prior must be a string of numbers"):
+        Auto(prior=[1, 2])  # type: ignore[arg-type]  (a TOML list)
 
 
 @pytest.mark.parametrize("batch_size", [0, 40])
@@ -402,25 +404,27 @@ def test_a_smaller_group_with_a_worker_heard_from_is_tried(tmp_path: Path) -> No
     assert "r=2 K=8: " in why and choice == Choice(2, 8), why
 
 
-@pytest.mark.parametrize("slow", [True, False])
-def test_a_prior_stands_in_for_a_worker_never_heard_from(tmp_path: Path, slow: bool) -> None:
+@pytest.mark.parametrize("known", ["17", "1", ""])
+def test_a_prior_stands_in_for_a_worker_never_heard_from(tmp_path: Path, known: str) -> None:
     # The pool of _slow_one_in_pairs: worker 0 is 2 s late every round and never heard
-    # at r = 2. With a prior (each worker's slowness on an earlier run) uncoded (r = 1)
-    # is tried, and judged on what the prior says of worker 0: a slowness of 41 (2 s late
-    # on 0.05 s of compute) keeps groups of 2; a prior that calls it typical is believed,
-    # and r = 1 (half the compute, no one slow known) is taken.
-    prior = ",".join(["41" if slow else "1"] + ["1"] * 7)
-    look, run = _slow_one_in_pairs(tmp_path, {"prior": prior})
+    # at r = 2. With a prior (each worker's slowness on an earlier run) that knows it,
+    # uncoded (r = 1) is tried and judged on what the prior says: a slowness of 17 (2 s
+    # late on 0.125 s of compute) keeps pairs; a prior that calls it typical is believed,
+    # and r = 1 (half the compute, no one slow known) is taken. An empty entry knows
+    # nothing: the unheard rule applies.
+    look, run = _slow_one_in_pairs(tmp_path, {"prior": ",".join([known] + ["1"] * 7)})
     choice, why = look.choose(
         10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
     )
-    assert "not tried" not in why
-    if slow:
-        assert choice == Choice(2, 8), why
+    if known == "17":
+        assert choice == Choice(2, 8) and "not tried" not in why, why
         assert "no other choice gets there within the margin" in why
-    else:
-        assert choice == Choice(1, 8), why
+    elif known == "1":
+        assert choice == Choice(1, 8) and "not tried" not in why, why
         assert why.startswith("saves ") and "r=1 K=8: " in why
+    else:
+        assert choice == Choice(2, 8)
+        assert "groups of 1 not tried: workers [0] not heard from lately" in why
 
 
 def test_it_moves_back_to_smaller_groups_in_the_first_decision_after_a_calm_round(
@@ -645,6 +649,24 @@ def test_without_r_it_starts_at_groups_of_4_where_they_fit_and_smaller_ones_else
     plan = auto.plan(n, n)
     assert default_size(n) == r and auto.r == r and r in auto.sizes
     assert {len(w.partitions) for w in plan.workers} == {r}
+
+
+def test_without_r_it_starts_within_the_sizes_given() -> None:
+    # The largest size given up to the size by n (4 at n = 16), else the smallest given.
+    for sizes, r in (("2", 2), ("1,8", 1), ("8", 8), ("2,4,8", 4)):
+        auto = create("auto", {"sizes": sizes})
+        assert isinstance(auto, Auto)
+        auto.plan(16, 16)
+        assert auto.r == r and set(auto.sizes) == {int(v) for v in sizes.split(",")}
+    # A checkpoint from before r could change holds only K: the job ran at r = 2, the
+    # default then, and resumes there.
+    auto = create("auto", {})
+    assert isinstance(auto, Auto)
+    auto.plan(8, 8)
+    assert auto.r == 4
+    auto.load_state({"k": 8})
+    plan = auto.replan()
+    assert auto.r == 2 and plan is not None and plan.workers[0].partitions == (0, 1)
 
 
 @pytest.mark.parametrize("n", [8, 12])
