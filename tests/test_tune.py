@@ -298,6 +298,38 @@ def _small_run(tmp_path: Path, rounds: int) -> None:
     assert made.returncode == 0, made.stderr
 
 
+def test_write_auto_from_a_coded_run_leaves_a_cancelled_worker_unknown(tmp_path: Path) -> None:
+    # frc s=1 on 4 workers, worker 0 2 s late every round: its partner always answers
+    # first and it is cancelled, so the run knows only that it is slower than the round.
+    # Its prior entry is empty (not "typical"), and tune says so. (Workers 2 and 3 take
+    # turns answering first, so both are known.)
+    trace = tmp_path / "slow-one.json"
+    rows = [
+        [2.0, 0.01 + 0.002 * (t % 3), *((0.012, 0.016) if t % 2 else (0.016, 0.012))]
+        for t in range(12)
+    ]
+    trace.write_text(json.dumps({"delays": rows}))
+    source = JobConfig(
+        workers=4,
+        rounds=12,
+        seed=1,
+        data=Component("synthetic", {"rows": 400, "dim": 6}),
+        policy=Component("frc", {"s": 1}),
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+    (tmp_path / "src.toml").write_text(_toml(source))
+    made = _cli("simulate", "-c", "src.toml", "-o", "s.json", "--no-progress", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    done = _cli(
+        "tune", "s.json", "--policy", "frc", "--write-auto", "a.toml", "--no-progress",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "its prior, each worker's slowness on this run, does not know workers [0]" in done.stdout
+    prior = JobConfig.from_toml(tmp_path / "a.toml").policy.options["prior"].split(",")
+    assert prior[0] == "" and all(float(v) >= 1 for v in prior[1:])
+
+
 def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
     tmp_path: Path,
 ) -> None:

@@ -345,6 +345,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     f"  (auto cannot run the winner, {winner.label}: it adapts only groups of "
                     "r workers sharing r partitions; --write writes the winner itself)"
                 )
+            entries = str(policy.options.get("prior", "")).split(",")
+            unknown = [w for w, v in enumerate(entries) if not v] if len(entries) > 1 else []
+            if "prior" not in policy.options or unknown:
+                print(
+                    "  (its prior, each worker's slowness on this run, does not know "
+                    + (f"workers {unknown}" if unknown else "any worker")
+                    + ": the run did not wait for them in half the rounds that asked them)"
+                )
     return 0
 
 
