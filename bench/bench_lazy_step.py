@@ -20,7 +20,7 @@ import argparse
 import math
 import time
 
-from bench.bench_auto_reach import _median_time
+from bench.bench_auto_reach import _median_time, source_and_target
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import prepare
@@ -29,17 +29,9 @@ from codedgd.services.sim.engines import simulate
 
 
 def _source(n: int, scenario: str, scale: float) -> tuple[JobConfig, float]:
-    """bench_tune's source job at ``scale`` / L, and its target: uncoded's loss after 100
-    rounds at that step."""
-    source = JobConfig(
-        workers=n,
-        rounds=100,
-        seed=3,
-        data=Component("synthetic", {"rows": 200 * n, "dim": 50}),
-        policy=Component("uncoded", {}),
-        stragglers=SCENARIOS[scenario](n),
-        round_timeout=1e9,
-    )
+    """bench_tune's source job (bench_auto_reach's) at ``scale`` / L, and its target:
+    uncoded's loss after 100 rounds at that step."""
+    source, _ = source_and_target(n, scenario)
     lr = scale * prepare(source, None).lr  # (lr "auto" is 1/L)
     source = source.replace(optimizer={**source.optimizer, "lr": lr})
     return source, simulate(source, cost_for(n)).records[-1].loss

@@ -347,11 +347,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 )
             entries = str(policy.options.get("prior", "")).split(",")
             unknown = [w for w, v in enumerate(entries) if not v] if len(entries) > 1 else []
-            if "prior" not in policy.options or unknown:
+            if unknown:
                 print(
-                    "  (its prior, each worker's slowness on this run, does not know "
-                    + (f"workers {unknown}" if unknown else "any worker")
-                    + ": the run did not wait for them in half the rounds that asked them)"
+                    f"  (its prior, each worker's slowness on this run, does not know workers "
+                    f"{unknown}: the run did not wait for them in half the rounds that asked them)"
+                )
+            elif "prior" not in policy.options:
+                print(
+                    "  (no prior: the run waited for no worker in half the rounds that asked "
+                    "it, or a slowness it measured is not finite)"
                 )
     return 0
 

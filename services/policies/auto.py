@@ -177,8 +177,8 @@ def default_size(n_workers: int) -> int:
     where n is even, else 1.
 
     Groups of 4 were the best fixed group size in every case measured at n = 64 and on
-    real processes at n = 8, and auto started there was within 10 % of the best fixed
-    policy in all of them; a start at 2 was 1.33-1.77x behind on the real processes (its
+    real processes at n = 8, and auto started there took 1.00 and 0.92-1.13 of the best
+    fixed policy's time; a start at 2 was 1.33-1.77x behind on the real processes (its
     rounds before the move to 4, and the move, cost about what the best policy's whole
     job did). At n = 16, where groups of 2 were best on three of six scenarios, the start
     at 4 costs 1.3-1.5x there (docs/tuning.md, How well it picks)."""
@@ -227,8 +227,9 @@ class Auto(ErasureHead):
             int,
             0,
             "starting group size: workers sharing r partitions (r divides n); 0: 4 where 4 "
-            "divides n and n >= 8, else 2 where n is even, else 1; `codedgd tune "
-            "RESULTS.json --write-auto JOB.toml` sets it from a run on your cluster",
+            "divides n and n >= 8, else 2 where n is even, else 1 (with sizes given, the "
+            "largest of them up to that, else the smallest); `codedgd tune RESULTS.json "
+            "--write-auto JOB.toml` sets it from a run on your cluster",
         ),
         Param(
             "sizes",

@@ -326,14 +326,12 @@ def auto_prior(obs: Observations) -> str:
     run did not wait for in at least half of the rounds it asked it (and two): a coded
     run cancels its slow workers, whose slowness is then only a lower bound, and a prior
     that called them typical would send auto to groups that wait for them. "" when no
-    worker is known, or a slowness is not finite."""
+    worker is known, or a known worker's slowness is not finite."""
     slowness = np.maximum(obs.slowness(), 1.0)
-    if not np.isfinite(slowness).all():
-        return ""
     seen = ~np.isnan(obs.excess)
     answered = (seen & ~obs.censored).sum(axis=0)
     known = (answered >= MIN_LIVE_ROUNDS) & (2 * answered >= seen.sum(axis=0))
-    if not known.any():
+    if not known.any() or not np.isfinite(slowness[known]).all():
         return ""
     return ",".join(f"{v:.3g}" if k else "" for v, k in zip(slowness, known, strict=True))
 
