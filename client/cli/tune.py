@@ -345,14 +345,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     f"  (auto cannot run the winner, {winner.label}: it adapts only groups of "
                     "r workers sharing r partitions; --write writes the winner itself)"
                 )
-            entries = str(policy.options.get("prior", "")).split(",")
-            unknown = [w for w, v in enumerate(entries) if not v] if len(entries) > 1 else []
+            prior = policy.options.get("prior")
+            unknown = [w for w, v in enumerate(prior.split(",")) if not v] if prior else []
             if unknown:
                 print(
                     f"  (its prior, each worker's slowness on this run, does not know workers "
                     f"{unknown}: the run did not wait for them in half the rounds that asked them)"
                 )
-            elif "prior" not in policy.options:
+            elif not prior:
                 print(
                     "  (no prior: the run waited for no worker in half the rounds that asked "
                     "it, or a slowness it measured is not finite)"
