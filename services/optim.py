@@ -26,6 +26,7 @@ number κ = L/μ is known (e.g. because l2 = μ).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,7 +42,7 @@ SCHEDULES: dict[str, str] = {
 }
 
 OPTIONS: dict[str, str] = {
-    "lr": 'step size η > 0, or "auto" = 1/L of the objective',
+    "lr": 'step size η > 0, "auto" = 1/L of the objective, or "F/L" = F times that (e.g. "0.5/L")',
     "schedule": "step-size schedule: " + ", ".join(SCHEDULES),
     "nesterov": "true for Nesterov's accelerated gradient (default false)",
     "momentum": "constant Nesterov momentum 0 <= β < 1 (default: the (t−1)/(t+2) sequence)",
@@ -230,7 +231,8 @@ def create_optimizer(
 
     ``options`` keys: see :data:`OPTIONS`; values may be strings as typed on a
     command line. ``lr = "auto"`` (the default) means 1/L for the smoothness
-    constant L of the full objective, which the caller passes as ``smoothness``
+    constant L of the full objective (``"F/L"``: F times that), which the caller passes
+    as ``smoothness``
     (see :func:`codedgd.services.models.objective_smoothness`).
     """
     unknown = sorted(set(options) - set(OPTIONS))
@@ -240,17 +242,18 @@ def create_optimizer(
             f"optimizer has no option(s) {', '.join(map(repr, unknown))}; valid options: {valid}"
         )
     raw_lr = options.get("lr", "auto")
-    if isinstance(raw_lr, str) and raw_lr.strip().lower() == "auto":
+    times = lr_times_inverse_l(raw_lr)
+    if times is not None:
         if smoothness is None:
             raise ConfigError(
-                'optimizer: lr = "auto" needs the smoothness constant L of the objective'
+                f"optimizer: lr = {raw_lr!r} needs the smoothness constant L of the objective"
             )
         if not (math.isfinite(smoothness) and smoothness > 0):
             raise ConfigError(
-                f'optimizer: lr = "auto" needs L > 0, but the objective has L = {smoothness!r}; '
-                "give lr as a number"
+                f"optimizer: lr = {raw_lr!r} needs L > 0, but the objective has "
+                f"L = {smoothness!r}; give lr as a number"
             )
-        lr = 1.0 / smoothness
+        lr = times / smoothness
     else:
         lr = _as_float("lr", raw_lr)
     schedule = options.get("schedule", "constant")
@@ -267,6 +270,35 @@ def create_optimizer(
         every=_as_int("every", options["every"]) if "every" in options else None,
         momentum=_as_float("momentum", options["momentum"]) if "momentum" in options else None,
     )
+
+
+_RELATIVE = re.compile(r"^\s*([^/\s]*)\s*/\s*L\s*$", re.IGNORECASE)
+
+
+def lr_times_inverse_l(value: Any) -> float | None:
+    """The step size ``value`` as a multiple of 1/L, or None for an absolute one.
+
+    ``"auto"`` is 1/L (1.0), ``"0.5/L"`` half of it (0.5); a number (or a string of one,
+    as typed on a command line) is absolute: None. A malformed ``"F/L"`` (F not a finite
+    number > 0) is a ConfigError naming the value and the forms that are meant."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower()
+    if text == "auto":
+        return 1.0
+    match = _RELATIVE.match(text)
+    if match is None:
+        return None
+    try:
+        times = float(match.group(1))
+    except ValueError:
+        times = math.nan
+    if not (math.isfinite(times) and times > 0):
+        raise ConfigError(
+            f'optimizer: lr = {value!r} is not a step size: "F/L" needs a number F > 0 '
+            '(e.g. "0.5/L" for half of 1/L), or give "auto" (1/L) or a number'
+        )
+    return times
 
 
 def _as_float(key: str, value: Any) -> float:

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from codedgd.services.errors import ConfigError, JobFailed
-from codedgd.services.optim import Optimizer, check_converging, create_optimizer
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.job.prepare import prepare
+from codedgd.services.optim import (
+    Optimizer,
+    check_converging,
+    create_optimizer,
+    lr_times_inverse_l,
+)
 from codedgd.services.policies import create
 
 
@@ -150,6 +157,29 @@ def test_create_optimizer_parses_options() -> None:
 def test_bad_options_raise_config_error(options: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         create_optimizer(options, np.zeros(2))
+
+
+def test_a_step_relative_to_one_over_l_is_that_multiple_of_it() -> None:
+    assert create_optimizer({"lr": "0.5/L"}, np.zeros(1), smoothness=4.0).lr == 0.125
+    assert create_optimizer({"lr": " 2 / l "}, np.zeros(1), smoothness=4.0).lr == 0.5
+    assert create_optimizer({"lr": "1/L"}, np.zeros(1), smoothness=4.0).lr == 0.25
+    assert lr_times_inverse_l("auto") == 1.0 and lr_times_inverse_l(0.3) is None
+    assert lr_times_inverse_l("0.3") is None  # (a number as typed: absolute)
+
+
+@pytest.mark.parametrize("lr", ["0/L", "-1/L", "x/L", "nan/L", "inf/L", "/L"])
+def test_a_malformed_relative_step_is_named_with_the_forms_meant(lr: str) -> None:
+    with pytest.raises(ConfigError, match=r'F/L" needs a number F > 0.*"auto" \(1/L\)'):
+        create_optimizer({"lr": lr}, np.zeros(1), smoothness=1.0)
+
+
+def test_a_relative_step_in_a_job_is_that_multiple_of_the_objectives_one_over_l() -> None:
+    job = JobConfig(workers=2, rounds=1, data=Component("synthetic", {"rows": 200, "dim": 5}))
+    one = prepare(job, None).lr
+    half = prepare(job.replace(optimizer={"lr": "0.5/L"}), None).lr
+    assert half == pytest.approx(0.5 * one)
+    with pytest.raises(ConfigError, match=r"0\.5/L"):
+        prepare(job.replace(optimizer={"lr": "fast"}), None)
 
 
 def test_auto_lr_needs_positive_smoothness() -> None:

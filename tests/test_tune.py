@@ -37,6 +37,7 @@ from codedgd.services.tuning import (
     observe,
     observe_trace,
     search,
+    step_sizes,
     tree_shapes,
 )
 
@@ -654,3 +655,61 @@ def test_a_search_process_that_dies_fails_the_search_saying_what_to_do() -> None
             source, obs, tail, target_loss=-1.0, rounds=40, repeats=1, jobs=2,
             policies=["uncoded", "frc", "erasurehead"], on_step=kill_the_processes,
         )  # fmt: skip
+
+
+def test_step_sizes_keep_each_step_once_as_a_job_file_gives_it() -> None:
+    # "auto" and "1/L" are one step; "0.5" typed on a command line is the number 0.5.
+    assert step_sizes(["auto", "1/L", "0.5", 0.5, "0.5/L", 2]) == ["auto", 0.5, "0.5/L", 2.0]
+    for bad in ("x", 0, -1, "nan", True, "0/L"):
+        with pytest.raises(ConfigError, match=r"0\.5/L"):
+            step_sizes([bad])
+
+
+def test_a_search_over_step_sizes_runs_every_candidate_at_each_and_names_it() -> None:
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+    policies = ["uncoded", "frc"]
+    one_step = search(source, obs, tail, target_loss=-1.0, rounds=3, repeats=1, policies=policies)
+    assert [o.label for o in one_step] and all("lr=" not in o.label for o in one_step)
+    # Loose enough for the small step to get there too, in more rounds.
+    target = simulate(source.replace(rounds=30), CostModel.ideal()).records[-1].loss
+    out = search(
+        source, obs, tail, target_loss=target, rounds=120, repeats=1, policies=policies,
+        steps=["0.5/L", "2/L"],
+    )  # fmt: skip
+    assert len(out) == 2 * len(one_step) and not [o.error for o in out if o.error]
+    one_over_l = prepare(source, None).lr
+    by_label = {o.label: o for o in out}
+    for o in one_step:
+        small, large = by_label[f"{o.label} lr=0.5/L"], by_label[f"{o.label} lr=2/L"]
+        assert small.step_size == pytest.approx(0.5 * one_over_l)
+        assert large.step_size == pytest.approx(2 * one_over_l)
+        assert small.to_dict()["lr"] == "0.5/L" and large.policy == small.policy
+        # The step is what the candidate ran at: twice 1/L takes fewer rounds than half.
+        assert large.reached and small.reached and large.rounds[0] < small.rounds[0]
+    assert [o.predicted for o in out] == sorted(o.predicted for o in out)
+
+
+def test_tune_writes_the_step_size_it_chose_with_the_policy(tmp_path: Path) -> None:
+    _small_run(tmp_path, 20)  # s.json (lr = "auto")
+    done = _cli(
+        "tune", "s.json", "--json", "--policy", "uncoded", "--policy", "frc",
+        "--lr", "0.25/L", "--lr", "2/L", "--write", "w.toml", "--write-auto", "a.toml",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    ranked = doc["candidates"]
+    assert {c["lr"] for c in ranked} == {"0.25/L", "2/L"}
+    assert ranked[0]["lr"] == "2/L"  # (a larger step: fewer rounds to the run's own loss)
+    written = JobConfig.from_toml(tmp_path / "w.toml")
+    assert written.optimizer["lr"] == ranked[0]["lr"]
+    assert written.policy.name == ranked[0]["policy"]["name"]
+    origin = next(c for c in ranked if c["label"] == doc["auto_start"]["from"])
+    assert JobConfig.from_toml(tmp_path / "a.toml").optimizer["lr"] == origin["lr"]
+    ran = _cli("run", "-c", "w.toml", "-o", "w.json", "--no-progress", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    # A step that is none of the forms: one line, before any search.
+    bad = _cli("tune", "s.json", "--lr", "fast", cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "tune --lr 'fast' is not a step size" in bad.stderr and "candidates" not in bad.stdout

@@ -234,7 +234,10 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         help="L2 regularization λ (default 1e-4 with the default logistic model; 0 when "
         "--model or the job file's [model] names a model without l2)",
     )
-    g.add_argument("--lr", help='step size, a number or "auto" = 1/L (default auto)')
+    g.add_argument(
+        "--lr",
+        help='step size: a number, "auto" = 1/L, or F/L, e.g. 0.5/L (default auto)',
+    )
     g.add_argument(
         "--schedule", help="step-size schedule: constant, inverse-sqrt, inverse-time, step"
     )

@@ -46,7 +46,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "--write-auto saves one of `auto` started at the group size of the best "
             "candidate it can run, with each worker's slowness as its prior. "
             "With --probe JOB.toml it first runs a short uncoded job on the live pool "
-            "(--coordinator) and tunes on that. See docs/tuning.md."
+            "(--coordinator) and tunes on that. With --lr it searches the step size too. "
+            "See docs/tuning.md."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -138,6 +139,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="BYTES_PER_S",
         help="one worker's link bandwidth, bytes/s (inf: free); give both or neither",
     )
+    p.add_argument(
+        "--lr",
+        action="append",
+        metavar="LR",
+        help="run every candidate at these step sizes (repeatable: a number, auto = 1/L, or "
+        "F/L, e.g. 0.5/L; default: the run's own only); --write and --write-auto write the "
+        "chosen one's",
+    )
     p.add_argument("--top", type=int, default=8, help="candidates to print (default 8)")
     p.add_argument(
         "--write",
@@ -179,6 +188,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         observe,
         observe_trace,
         search,
+        step_sizes,
     )
     from codedgd.services.tuning.search import HOLD
 
@@ -209,6 +219,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"--write and --write-auto both name {args.write}: the second would overwrite the "
             "first; give two file names"
         )
+    steps = step_sizes(args.lr or [])  # (a typo named now, not after the probe)
     if args.probe is not None:
         args.results = _probe(args)
     job_doc, _, records = read_result_file(args.results)
@@ -278,6 +289,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             on_step=bar,
             link=link,
             jobs=args.jobs,
+            steps=steps,
         )
     finally:
         bar.close()
@@ -322,14 +334,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "the target: search them (--policy), or write the winner with --write"
         )
     if args.write:
-        _write(args.write, job.replace(policy=winner.policy, partitions=0), args.results)
+        _write(
+            args.write,
+            _at(job, winner, steps).replace(policy=winner.policy),
+            args.results,
+            winner.label,
+        )
         if not args.json:
             print(f"wrote {args.write} ({winner.label}); run it: {runner} {args.write}")
     if args.write_auto and started is not None:
         policy, origin = started
         _write(
             args.write_auto,
-            job.replace(policy=policy, partitions=0),
+            _at(job, origin, steps).replace(policy=policy),
             args.results,
             f"auto starting at r={policy.options['r']}, the group size of {origin.label}"
             + ("; prior: each worker's slowness on this run" if "prior" in policy.options else ""),
@@ -358,6 +375,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     "it, or a slowness it measured is not finite)"
                 )
     return 0
+
+
+def _at(job: Any, outcome: Any, steps: list[Any]) -> Any:
+    """``job`` (a JobConfig) to be written for ``outcome``: at its step size when the
+    search tried several (else the job's own), with the partitions its policy makes."""
+    optimizer = {**job.optimizer, "lr": outcome.lr} if steps else job.optimizer
+    return job.replace(partitions=0, optimizer=optimizer)
 
 
 def _write(path: str, job: Any, source: str, why: str = "") -> None:

@@ -37,6 +37,7 @@ from codedgd.services.messages import (
     record_to_pb,
 )
 from codedgd.services.models.saved import load_model
+from codedgd.services.optim import create_optimizer, lr_times_inverse_l
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import DEFAULT_RECORDS_IN_MEMORY, RecordLog, RoundRecord
 
@@ -549,7 +550,7 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
             f"dataset {config.data.name!r} is a regression task and model "
             f"{config.model.name!r} classifies: use --model least-squares"
         )
-    if config.optimizer.get("lr", "auto") == "auto":
+    if lr_times_inverse_l(config.optimizer.get("lr", "auto")) is not None:
         try:  # a network (or a plugin) without one is refused now, naming --lr
             model.smoothness(np.zeros((1, 1)))
         except ConfigError:
@@ -558,6 +559,5 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
             pass
     # The step size, schedule and the rest, checked now rather than when the job starts
     # (L = 1 stands in for the data's smoothness: lr = "auto" is always valid here).
-    from codedgd.services.optim import create_optimizer
 
     create_optimizer(config.optimizer, np.zeros(1), smoothness=1.0)

@@ -21,7 +21,7 @@ A job file looks like::
     s = 1                # policy parameters (see `codedgd policies`)
 
     [optimizer]
-    lr = "auto"          # a number, or "auto" = 1/L of the objective
+    lr = "auto"          # a number, "auto" = 1/L of the objective, or "F/L" (e.g. "0.5/L")
     nesterov = false
 
     [stragglers]

@@ -27,6 +27,7 @@ from codedgd.services.tuning.search import (
     candidates,
     label,
     search,
+    step_sizes,
     tree_shapes,
 )
 
@@ -49,5 +50,6 @@ __all__ = [
     "observe",
     "observe_trace",
     "search",
+    "step_sizes",
     "tree_shapes",
 ]

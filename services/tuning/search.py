@@ -55,6 +55,7 @@ from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, JobFailed, PlanError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
+from codedgd.services.optim import lr_times_inverse_l
 from codedgd.services.policies.auto import group_size
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
@@ -191,6 +192,34 @@ def candidates(
     return valid
 
 
+def step_sizes(steps: Sequence[Any]) -> list[Any]:
+    """The step sizes a search tries, each as a job file gives it: a number > 0 (strings
+    of numbers, as typed, become numbers), "auto" (1/L) or "F/L" (F times 1/L); the
+    first of those that name the same step is kept ("auto" and "1/L" do). A ConfigError
+    names a value that is none of these."""
+    out: list[Any] = []
+    seen: set[tuple[str, float]] = set()
+    for value in steps:
+        times = lr_times_inverse_l(value)
+        if times is not None:
+            key, given = ("1/L", times), value
+        else:
+            try:
+                number = math.nan if isinstance(value, bool) else float(value)
+            except (TypeError, ValueError):
+                number = math.nan
+            if not (math.isfinite(number) and number > 0):
+                raise ConfigError(
+                    f"tune --lr {value!r} is not a step size: give a number > 0, auto (1/L), "
+                    "or F/L (F times 1/L, e.g. 0.5/L)"
+                )
+            key, given = ("", number), number
+        if key not in seen:
+            seen.add(key)
+            out.append(given)
+    return out
+
+
 def tree_shapes(n: int) -> list[tuple[int, int]]:
     """Every (fanout m, levels L) of a full tree of n workers: n = m + m² + … + m^L."""
     shapes = []
@@ -250,6 +279,11 @@ class Outcome:
     """One candidate's simulated runs."""
 
     policy: Component
+    # The step size it ran at, as the job file gives it (a number, "auto", "F/L"), and
+    # that step in numbers. ``step`` shows in the label when the search tried several.
+    lr: Any = "auto"
+    step_size: float = math.nan
+    step_shown: bool = False
     times: list[float] = field(default_factory=list)  # to target; inf: not reached
     rounds: list[float] = field(default_factory=list)  # rounds to target; inf: not reached
     round_seconds: list[float] = field(default_factory=list)
@@ -261,7 +295,8 @@ class Outcome:
 
     @property
     def label(self) -> str:
-        return label(self.policy)
+        shown = f" lr={self.lr}" if self.step_shown else ""
+        return label(self.policy) + shown
 
     @property
     def predicted(self) -> float:
@@ -280,6 +315,8 @@ class Outcome:
         return {
             "policy": self.policy.to_dict(),
             "label": self.label,
+            "lr": self.lr,
+            "step_size": self.step_size if math.isfinite(self.step_size) else None,
             "predicted_seconds": self.predicted if math.isfinite(self.predicted) else None,
             "interval_seconds": [v if math.isfinite(v) else None for v in self.interval],
             "times_seconds": finite,
@@ -361,8 +398,13 @@ def search(
     link: Link | None = None,
     hold: int = HOLD,
     jobs: int = 1,
+    steps: Sequence[Any] = (),
 ) -> list[Outcome]:
     """Simulate every candidate ``repeats`` times; the outcomes, best first.
+
+    ``steps``: the step sizes to run each candidate at (:func:`step_sizes`: numbers,
+    "auto" = 1/L, "F/L"); none: the source's own. With more than one, each outcome's
+    label names its step.
 
     ``delays(repeat)`` and ``cost`` replace the replayed delays and the fitted cost model
     (an exhaustive search under known delays, as bench/bench_tune.py runs it). With a
@@ -411,6 +453,7 @@ def search(
         if link is not None
         else cost
     )
+    lrs = step_sizes(steps) if steps else [source.optimizer.get("lr", "auto")]
     trial = _Trial(
         data_dir=data_dir,
         cost=cost,
@@ -420,10 +463,19 @@ def search(
         repeats=repeats,
         target_loss=target_loss,
         hold=hold,
+        step_shown=len(lrs) > 1,
     )
     configs = [
-        source.replace(policy=c, rounds=rounds, target_loss=None, eval_every=1, partitions=0)
+        source.replace(
+            policy=c,
+            rounds=rounds,
+            target_loss=None,
+            eval_every=1,
+            partitions=0,
+            optimizer={**source.optimizer, "lr": lr},
+        )
         for c in candidates(n, policies, speeds=1.0 / obs.slowness())
+        for lr in lrs
     ]
     jobs = jobs or _cpus()
     if jobs > 1 and delays is None and len(configs) > 1:
@@ -446,6 +498,7 @@ class _Trial:
     repeats: int
     target_loss: float
     hold: int
+    step_shown: bool = False
 
     def run(
         self,
@@ -454,12 +507,15 @@ class _Trial:
         delays: Callable[[int], StragglerModel] | None = None,
     ) -> Outcome:
         """One candidate (``config``'s policy), ``repeats`` times."""
-        outcome = Outcome(config.policy)
+        outcome = Outcome(
+            config.policy, config.optimizer.get("lr", "auto"), step_shown=self.step_shown
+        )
         try:
             prepared = prepare(config, self.data_dir)
         except (PlanError, ConfigError) as exc:
             outcome.error = str(exc)
             return outcome
+        outcome.step_size = prepared.lr
         outcome.replication = float(_rows_held(prepared).sum() / max(prepared.dataset.n_train, 1))
         outcome.exact = bool(prepared.policy.exact)
         on = self.over_link if prepared.plan.topology.kind != "star" else self.cost
