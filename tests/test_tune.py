@@ -713,3 +713,58 @@ def test_tune_writes_the_step_size_it_chose_with_the_policy(tmp_path: Path) -> N
     bad = _cli("tune", "s.json", "--lr", "fast", cwd=tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "tune --lr 'fast' is not a step size" in bad.stderr and "candidates" not in bad.stdout
+
+
+def test_a_dip_of_a_path_the_delays_do_not_change_is_where_a_job_stops() -> None:
+    # g-lag at twice 1/L on this job: its loss falls to round 37, goes back up at 38 and
+    # on down after (lazy steps overshoot), the same whatever the delays. A job given
+    # that loss as its target stops at round 37, so the search predicts that, not the
+    # later stay it asks of a path the delays decide.
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+    lazy = Component("g-lag", {"s": 1, "xi": 10.0, "ride": 0.5})
+    job = source.replace(policy=lazy, rounds=60, optimizer={"lr": "2/L"})
+    losses = [r.loss for r in simulate(job, CostModel.ideal()).records]
+    target = losses[37]
+    assert min(losses[:37]) > target and losses[38] > target  # (the dip)
+    stopped = simulate(job.replace(target_loss=target), CostModel.ideal()).records
+    assert len(stopped) == 38
+
+    def rounds_to_target(repeats: int) -> list[float]:
+        ranked = search(
+            source, obs, tail, target_loss=target, rounds=60, repeats=repeats,
+            policies=["g-lag"], steps=["2/L"],
+        )  # fmt: skip
+        (outcome,) = [o for o in ranked if o.policy == lazy]
+        return outcome.rounds
+
+    assert rounds_to_target(2) == [38, 38]
+    # One replay cannot show that the delays decide nothing: the stay is asked.
+    (alone,) = rounds_to_target(1)
+    assert alone > 38 + 1
+
+
+def test_replays_along_different_losses_are_not_the_same_path() -> None:
+    from codedgd.services.tuning.search import _Reach, _same_path
+
+    def replay(losses: list[float]) -> _Reach:
+        reach = _Reach(target=0.5, hold=100)
+        for t, loss in enumerate(losses):
+            reach(
+                RoundRecord(
+                    round=t, wall_seconds=t + 1.0, round_seconds=1.0, wait_seconds=1.0,
+                    decode_seconds=0.0, compute_seconds_max=0.0, loss=loss, metric=0.5,
+                    metric_name="auc", workers_used=(), exact=False, decode_residual=0.0,
+                    bytes_up=0, bytes_down=0, uploads=0, computations=0, cancelled=0,
+                    late_dropped=0,
+                )
+            )  # fmt: skip
+        return reach
+
+    dip = [0.9, 0.6, 0.49, 0.52, 0.48]
+    assert _same_path([replay(dip), replay(dip)])
+    assert _same_path([replay(dip), replay([*dip[:3], 0.7, 0.8])])  # (the same to the touch)
+    assert not _same_path([replay(dip), replay([0.9, 0.61, 0.49, 0.52, 0.48])])
+    assert not _same_path([replay(dip), replay([0.9, 0.6, 0.52, 0.49, 0.48])])
+    assert not _same_path([replay(dip)])  # one replay shows nothing
+    assert not _same_path([replay([0.9, 0.8]), replay([0.9, 0.8])])  # never there

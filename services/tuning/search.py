@@ -94,7 +94,12 @@ HETEROGENEOUS = 1.25  # slowest / fastest worker beyond which speed-aware loads 
 # rule near its noise floor dips below a loss and back: on real processes (n = 8, the
 # two-classes scenario) erasurehead r=4 K=2, predicted to reach the target in 1.2 s by
 # such a dip, touched it in one run of three. auto's look-ahead asks the same of a rule.
+# A candidate whose loss path is the same in every replay (the delays decide nothing of
+# it) counts its first touch instead: its dip is no luck, and a job stops there.
 HOLD = 5
+# Losses of two replays closer than this (relative) are the same path: what a different
+# order of the same sums changes, not a different gradient.
+SAME_PATH = 1e-9
 
 
 class _Held(Exception):
@@ -110,12 +115,15 @@ class _Reach:
         self.hold = hold
         self.records: list[RoundRecord] = []
         self.hit: RoundRecord | None = None
+        self.first: RoundRecord | None = None  # the first touch, dip or not
 
     def __call__(self, record: RoundRecord) -> None:
         self.records.append(record)
         if not record.loss <= self.target:  # (NaN: not there either)
             self.hit = None
             return
+        if self.first is None:
+            self.first = record
         if self.hit is None:
             self.hit = record
         if record.round - self.hit.round + 1 >= self.hold:
@@ -520,6 +528,7 @@ class _Trial:
         outcome.exact = bool(prepared.policy.exact)
         on = self.over_link if prepared.plan.topology.kind != "star" else self.cost
         bound = copy.deepcopy(prepared.policy)  # as planned and bound, before any round
+        touches: list[_Reach] = []
         for rep in range(self.repeats):
             if on_step is not None:
                 on_step(f"{outcome.label} #{rep + 1}")
@@ -538,12 +547,34 @@ class _Trial:
                 outcome.error = str(exc)
                 break
             records, hit = reach.records, reach.hit
+            touches.append(reach)
             outcome.times.append(hit.wall_seconds if hit else math.inf)
             outcome.rounds.append(hit.round + 1 if hit else math.inf)
             outcome.round_seconds.append(float(np.mean([r.round_seconds for r in records])))
             outcome.computations.append(float(np.mean([r.computations for r in records])))
             outcome.bytes_up.append(float(np.mean([r.bytes_up for r in records])))
+        if not outcome.error and _same_path(touches):
+            outcome.times = [r.first.wall_seconds for r in touches if r.first]
+            outcome.rounds = [r.first.round + 1 for r in touches if r.first]
         return outcome
+
+
+def _same_path(replays: list[_Reach]) -> bool:
+    """Whether two or more replays touched the target at the same round along the same
+    losses (within :data:`SAME_PATH`): the delays decided nothing of the path there (an
+    exact code's, or a lazy rule's whose triggers do not depend on who answers first),
+    so a dip below the target is where any run of it stops, not luck."""
+    if len(replays) < 2 or any(r.first is None for r in replays):
+        return False
+    paths = [np.array([rec.loss for rec in r.records]) for r in replays]
+    end = replays[0].first.round + 1 if replays[0].first else 0
+    return all(
+        r.first is not None
+        and r.first.round + 1 == end
+        and len(path) >= end
+        and np.allclose(path[:end], paths[0][:end], rtol=SAME_PATH, atol=0.0)
+        for r, path in zip(replays, paths, strict=True)
+    )
 
 
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
