@@ -12,7 +12,10 @@ seconds:
   give on this problem);
 - the step-searching pick over the best at any step (tune's goal: <= 1.10);
 - the run-step pick over the step-searching pick (what `--lr` gained for the user);
-- how long each tune took (`--lr` multiplies the candidates).
+- how long each tune took (`--lr` multiplies the candidates);
+- auto as `tune --lr … --write-auto` writes it (the group size and step of the best
+  candidate it can run, the source's slowness its prior), over the best at any step
+  (bench_auto_reach's runs: at most 200 rounds, the same three seeds).
 
     python -m bench.bench_tune_steps                       # n = 16 and 64, all six scenarios
     python -m bench.bench_tune_steps --n 16 --scenario pareto --lr 1/L 2/L
@@ -24,10 +27,18 @@ import argparse
 import math
 import time
 
-from bench.bench_auto_reach import _truth, source_and_target
+from bench.bench_auto_reach import _median_time, _truth, source_and_target
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.sim.engines import simulate
-from codedgd.services.tuning import fit_delays, observe, search, step_sizes
+from codedgd.services.tuning import (
+    Outcome,
+    auto_start,
+    fit_delays,
+    label,
+    observe,
+    search,
+    step_sizes,
+)
 
 ROUNDS = 250  # most rounds a candidate may take (bench_tune's)
 
@@ -38,16 +49,25 @@ def one(n: int, scenario: str, lrs: list[str], jobs: int) -> dict[str, object]:
     obs = observe(records, n)
     fit = fit_delays(obs)
 
-    def tune(steps: list[str]) -> tuple[str, float]:
+    def tune(steps: list[str]) -> tuple[list[Outcome], float]:
         started = time.perf_counter()
         ranked = search(
             source, obs, fit.best, target_loss=target, rounds=ROUNDS, repeats=3, jobs=jobs,
             steps=steps,
         )  # fmt: skip
-        return ranked[0].label, time.perf_counter() - started
+        return ranked, time.perf_counter() - started
 
-    at_run, at_run_seconds = tune([])
-    picked, picked_seconds = tune(lrs)
+    at_run_ranked, at_run_seconds = tune([])
+    ranked, picked_seconds = tune(lrs)
+    at_run, picked = at_run_ranked[0].label, ranked[0].label
+    # auto as `tune --lr … --write-auto` writes it: the group size and step of the best
+    # candidate it can run, the source's slowness as its prior.
+    started = auto_start(ranked, obs)
+    tuned_auto = math.inf
+    if started is not None:
+        policy, origin = started
+        at_step = source.replace(optimizer={**source.optimizer, "lr": origin.lr})
+        tuned_auto = _median_time(at_step, policy, target)
     exhaustive = search(
         source, obs, fit.best, target_loss=target, rounds=ROUNDS, repeats=3, steps=lrs,
         delays=lambda rep: _truth(source.stragglers, n, pool=source.seed)[rep],
@@ -65,6 +85,8 @@ def one(n: int, scenario: str, lrs: list[str], jobs: int) -> dict[str, object]:
         "pick_s": true[picked],
         "run_pick": at_run,
         "run_pick_s": true[f"{at_run} lr=1/L"],  # (the run's "auto" is 1/L)
+        "auto": f"{label(started[0])} lr={started[1].lr}" if started else "-",
+        "auto_s": tuned_auto,
         "tune_s": at_run_seconds,
         "tune_lr_s": picked_seconds,
     }
@@ -91,9 +113,10 @@ def main() -> None:
     print(
         "| scenario | n | best at 1/L | its time (s) | best at any step | its time (s) | "
         "1/L best / best | tune --lr's pick | its time (s) | pick / best | tune's pick at "
-        "the run's step | its time (s) | it / --lr's pick | tune took (s) | with --lr (s) |"
+        "the run's step | its time (s) | it / --lr's pick | tune took (s) | with --lr (s) | "
+        "auto from tune --lr | its time (s) | its / best |"
     )
-    print("|---|---:|---|---:|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---|---:|---:|")
     for n in a.n:
         for scenario in a.scenario:
             r = one(n, scenario, lrs, a.jobs)
@@ -103,7 +126,8 @@ def main() -> None:
                 f"{r['pick']} | {_s(r['pick_s'])} | {_x(r['pick_s'], r['best_s'])} | "
                 f"{r['run_pick']} | {_s(r['run_pick_s'])} | "
                 f"{_x(r['run_pick_s'], r['pick_s'])} | {r['tune_s']:.1f} | "
-                f"{r['tune_lr_s']:.1f} |",
+                f"{r['tune_lr_s']:.1f} | {r['auto']} | {_s(r['auto_s'])} | "
+                f"{_x(r['auto_s'], r['best_s'])} |",
                 flush=True,
             )
     print(f"\n({time.time() - started:.0f} s; steps searched: {', '.join(lrs)})")
