@@ -273,6 +273,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
             else ""
         )
         print(f"target loss {target:.6g}{why}; up to {rounds} rounds, {args.repeats} replays each")
+        if steps:
+            print(f"step sizes: {', '.join(map(str, steps))} (each candidate at each)")
+        else:
+            own = job.optimizer.get("lr", "auto")
+            print(f"step size: the run's own, {own} (--lr 1/L --lr 2/L … searches others too)")
     if args.fit_figure:
         _figure(fit, Path(args.fit_figure))
     bar = _bar(args)
