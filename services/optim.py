@@ -68,11 +68,8 @@ class Optimizer:
         every: int | None = None,
         momentum: float | None = None,
     ) -> None:
-        try:
-            lr_value = math.nan if isinstance(lr, bool) else float(lr)
-        except (TypeError, ValueError):
-            lr_value = math.nan
-        if not (math.isfinite(lr_value) and lr_value > 0):
+        lr_value = absolute_lr(lr)
+        if lr_value is None:
             raise ConfigError(
                 f"optimizer: lr must be a finite number > 0, got {lr!r}; "
                 'try lr = "auto" (1/L of the objective) or a small value such as 0.1'
@@ -299,6 +296,17 @@ def lr_times_inverse_l(value: Any) -> float | None:
             '(e.g. "0.5/L" for half of 1/L), or give "auto" (1/L) or a number'
         )
     return times
+
+
+def absolute_lr(value: Any) -> float | None:
+    """``value`` as a step size in numbers (a finite number > 0, or a string of one), or
+    None when it is not one (``"auto"`` and ``"F/L"`` are not: see
+    :func:`lr_times_inverse_l`)."""
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None
 
 
 def _as_float(key: str, value: Any) -> float:

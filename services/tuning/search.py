@@ -55,7 +55,7 @@ from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, JobFailed, PlanError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
-from codedgd.services.optim import lr_times_inverse_l
+from codedgd.services.optim import absolute_lr, lr_times_inverse_l
 from codedgd.services.policies.auto import group_size
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
@@ -212,11 +212,8 @@ def step_sizes(steps: Sequence[Any]) -> list[Any]:
         if times is not None:
             key, given = ("1/L", times), value
         else:
-            try:
-                number = math.nan if isinstance(value, bool) else float(value)
-            except (TypeError, ValueError):
-                number = math.nan
-            if not (math.isfinite(number) and number > 0):
+            number = absolute_lr(value)
+            if number is None:
                 raise ConfigError(
                     f"tune --lr {value!r} is not a step size: give a number > 0, auto (1/L), "
                     "or F/L (F times 1/L, e.g. 0.5/L)"
