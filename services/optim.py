@@ -270,6 +270,8 @@ def create_optimizer(
 
 
 _RELATIVE = re.compile(r"^\s*([^/\s]*)\s*/\s*L\s*$", re.IGNORECASE)
+# F of "F/L": digits, a point, an exponent; no sign, underscores or other scripts' digits.
+_MULTIPLE = re.compile(r"^(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$", re.IGNORECASE | re.ASCII)
 
 
 def lr_times_inverse_l(value: Any) -> float | None:
@@ -286,10 +288,8 @@ def lr_times_inverse_l(value: Any) -> float | None:
     match = _RELATIVE.match(text)
     if match is None:
         return None
-    try:
-        times = float(match.group(1))
-    except ValueError:
-        times = math.nan
+    factor = match.group(1)
+    times = float(factor) if _MULTIPLE.match(factor) else math.nan
     if not (math.isfinite(times) and times > 0):
         raise ConfigError(
             f'optimizer: lr = {value!r} is not a step size: "F/L" needs a number F > 0 '

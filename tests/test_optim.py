@@ -167,7 +167,7 @@ def test_a_step_relative_to_one_over_l_is_that_multiple_of_it() -> None:
     assert lr_times_inverse_l("0.3") is None  # (a number as typed: absolute)
 
 
-@pytest.mark.parametrize("lr", ["0/L", "-1/L", "x/L", "nan/L", "inf/L", "/L"])
+@pytest.mark.parametrize("lr", ["0/L", "-1/L", "x/L", "nan/L", "inf/L", "/L", "1_0/L", "1e400/L"])
 def test_a_malformed_relative_step_is_named_with_the_forms_meant(lr: str) -> None:
     with pytest.raises(ConfigError, match=r'F/L" needs a number F > 0.*"auto" \(1/L\)'):
         create_optimizer({"lr": lr}, np.zeros(1), smoothness=1.0)
@@ -178,6 +178,8 @@ def test_a_relative_step_in_a_job_is_that_multiple_of_the_objectives_one_over_l(
     one = prepare(job, None).lr
     half = prepare(job.replace(optimizer={"lr": "0.5/L"}), None).lr
     assert half == pytest.approx(0.5 * one)
+    # A number written as a string (a TOML "0.1") is that number, as the optimizer reads it.
+    assert prepare(job.replace(optimizer={"lr": "0.1"}), None).lr == 0.1
     with pytest.raises(ConfigError, match=r"0\.5/L"):
         prepare(job.replace(optimizer={"lr": "fast"}), None)
 

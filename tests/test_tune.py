@@ -239,7 +239,11 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     # Its prior is the run's slowness of each worker (what tune printed), to 3 digits.
     prior = doc["auto_start"]["policy"].pop("prior")
     assert np.allclose([float(v) for v in prior.split(",")], doc["slowness"], rtol=5e-3)
-    assert doc["auto_start"] == {"policy": {"name": "auto", "r": r}, "from": origin["label"]}
+    assert doc["auto_start"] == {
+        "policy": {"name": "auto", "r": r},
+        "from": origin["label"],
+        "lr": "auto",  # (the run's own step: no --lr)
+    }
     adaptive = JobConfig.from_toml(tmp_path / "jobs" / "auto.toml")  # (jobs/ made for it)
     assert adaptive.policy == Component("auto", {"r": r, "prior": prior})
     assert adaptive.replace(policy=source.policy) == source.replace(target_loss=None)
@@ -660,6 +664,7 @@ def test_a_search_process_that_dies_fails_the_search_saying_what_to_do() -> None
 def test_step_sizes_keep_each_step_once_as_a_job_file_gives_it() -> None:
     # "auto" and "1/L" are one step; "0.5" typed on a command line is the number 0.5.
     assert step_sizes(["auto", "1/L", "0.5", 0.5, "0.5/L", 2]) == ["auto", 0.5, "0.5/L", 2.0]
+    assert step_sizes([" 2 / l", ".50/L"]) == ["2/L", "0.5/L"]  # (as a job file shows it)
     for bad in ("x", 0, -1, "nan", True, "0/L"):
         with pytest.raises(ConfigError, match=r"0\.5/L"):
             step_sizes([bad])
@@ -768,3 +773,4 @@ def test_replays_along_different_losses_are_not_the_same_path() -> None:
     assert not _same_path([replay(dip), replay([0.9, 0.6, 0.52, 0.49, 0.48])])
     assert not _same_path([replay(dip)])  # one replay shows nothing
     assert not _same_path([replay([0.9, 0.8]), replay([0.9, 0.8])])  # never there
+    assert not _same_path([replay([0.9, math.nan, 0.4]), replay([0.9, math.nan, 0.4])])

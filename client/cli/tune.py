@@ -37,7 +37,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "and hetero for a mixed pool) on the same data, model and seed, replaying "
             "resampled rounds of the recorded delays, and print the candidates ranked by "
             "predicted time to the target loss (where the "
-            f"loss gets there and stays there for {HOLD} rounds; median and range over "
+            f"loss gets there and stays there for {HOLD} rounds, or first gets there for an "
+            "exact or lazy rule whose replays all take the same path; median and range over "
             "--repeats replays), with their compute, upload and data "
             "replication. With --link-latency and --link-bandwidth (the links between "
             "workers, which a run's delays do not measure) the worker-to-worker topologies "
@@ -310,7 +311,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "candidates": [o.to_dict() for o in outcomes],
             # auto's start (--write-auto): the group size of the best candidate it can run
             "auto_start": (
-                {"policy": started[0].to_dict(), "from": started[1].label}
+                {"policy": started[0].to_dict(), "from": started[1].label, "lr": started[1].lr}
                 if started is not None
                 else None
             ),

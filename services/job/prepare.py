@@ -22,7 +22,7 @@ from codedgd.services.models import create_model, objective_smoothness, paramete
 from codedgd.services.models import initial_theta as model_theta0
 from codedgd.services.models.base import Model
 from codedgd.services.models.saved import load_model
-from codedgd.services.optim import create_optimizer, lr_times_inverse_l
+from codedgd.services.optim import absolute_lr, create_optimizer, lr_times_inverse_l
 from codedgd.services.policies import create
 from codedgd.services.policies.base import JobContext, Plan, Policy
 
@@ -127,9 +127,10 @@ def choose_lr(config: JobConfig, model: Model, X: Matrix) -> float:
     times = lr_times_inverse_l(lr)
     if times is not None:
         return times / float(objective_smoothness(model, X))
-    if isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0:
+    number = absolute_lr(lr)
+    if number is None:
         raise ConfigError(
             f'optimizer.lr must be a positive number, "auto" (1/L) or "F/L" (e.g. "0.5/L"), '
             f"got {lr!r}"
         )
-    return float(lr)
+    return number

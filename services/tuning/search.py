@@ -57,6 +57,7 @@ from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.optim import absolute_lr, lr_times_inverse_l
 from codedgd.services.policies.auto import group_size
+from codedgd.services.policies.lag import LazyPolicy
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import CostModel
@@ -94,8 +95,9 @@ HETEROGENEOUS = 1.25  # slowest / fastest worker beyond which speed-aware loads 
 # rule near its noise floor dips below a loss and back: on real processes (n = 8, the
 # two-classes scenario) erasurehead r=4 K=2, predicted to reach the target in 1.2 s by
 # such a dip, touched it in one run of three. auto's look-ahead asks the same of a rule.
-# A candidate whose loss path is the same in every replay (the delays decide nothing of
-# it) counts its first touch instead: its dip is no luck, and a job stops there.
+# An exact code or a lazy rule (whose gradient does not depend on who answers first)
+# whose loss path is the same in every replay counts its first touch instead: its dip
+# is no luck, and a job stops there.
 HOLD = 5
 # Losses of two replays closer than this (relative) are the same path: what a different
 # order of the same sums changes, not a different gradient.
@@ -204,15 +206,20 @@ def step_sizes(steps: Sequence[Any]) -> list[Any]:
     """The step sizes a search tries, each as a job file gives it: a number > 0 (strings
     of numbers, as typed, become numbers), "auto" (1/L) or "F/L" (F times 1/L); the
     first of those that name the same step is kept ("auto" and "1/L" do). A ConfigError
-    names a value that is none of these."""
+    names a value that is none of these. "F/L" is given back as ``f"{F:g}/L"``."""
     out: list[Any] = []
     seen: set[tuple[str, float]] = set()
     for value in steps:
-        times = lr_times_inverse_l(value)
-        if times is not None:
-            key, given = ("1/L", times), value
+        try:
+            times = lr_times_inverse_l(value)
+        except ConfigError:
+            times = math.nan
+        given: Any
+        if times is not None and math.isfinite(times):
+            key = ("1/L", times)
+            given = "auto" if str(value).strip().lower() == "auto" else f"{times:g}/L"
         else:
-            number = absolute_lr(value)
+            number = absolute_lr(value) if times is None else None
             if number is None:
                 raise ConfigError(
                     f"tune --lr {value!r} is not a step size: give a number > 0, auto (1/L), "
@@ -408,7 +415,7 @@ def search(
     """Simulate every candidate ``repeats`` times; the outcomes, best first.
 
     ``steps``: the step sizes to run each candidate at (:func:`step_sizes`: numbers,
-    "auto" = 1/L, "F/L"); none: the source's own. With more than one, each outcome's
+    "auto" = 1/L, "F/L"); none: the source's own. Given, each outcome's
     label names its step.
 
     ``delays(repeat)`` and ``cost`` replace the replayed delays and the fitted cost model
@@ -468,7 +475,7 @@ def search(
         repeats=repeats,
         target_loss=target_loss,
         hold=hold,
-        step_shown=len(lrs) > 1,
+        step_shown=bool(steps),
     )
     configs = [
         source.replace(
@@ -550,7 +557,8 @@ class _Trial:
             outcome.round_seconds.append(float(np.mean([r.round_seconds for r in records])))
             outcome.computations.append(float(np.mean([r.computations for r in records])))
             outcome.bytes_up.append(float(np.mean([r.bytes_up for r in records])))
-        if not outcome.error and _same_path(touches):
+        steady = outcome.exact or isinstance(prepared.policy, LazyPolicy)
+        if steady and not outcome.error and _same_path(touches):
             outcome.times = [r.first.wall_seconds for r in touches if r.first]
             outcome.rounds = [r.first.round + 1 for r in touches if r.first]
         return outcome
@@ -558,20 +566,15 @@ class _Trial:
 
 def _same_path(replays: list[_Reach]) -> bool:
     """Whether two or more replays touched the target at the same round along the same
-    losses (within :data:`SAME_PATH`): the delays decided nothing of the path there (an
-    exact code's, or a lazy rule's whose triggers do not depend on who answers first),
-    so a dip below the target is where any run of it stops, not luck."""
-    if len(replays) < 2 or any(r.first is None for r in replays):
+    losses (within :data:`SAME_PATH`): the delays they replayed changed nothing of the
+    path there, so (for a rule whose gradient does not depend on who answers first) a
+    dip below the target is where any run of it stops, not luck."""
+    firsts = [r.first.round for r in replays if r.first is not None]
+    if len(replays) < 2 or len(firsts) < len(replays) or len(set(firsts)) > 1:
         return False
-    paths = [np.array([rec.loss for rec in r.records]) for r in replays]
-    end = replays[0].first.round + 1 if replays[0].first else 0
-    return all(
-        r.first is not None
-        and r.first.round + 1 == end
-        and len(path) >= end
-        and np.allclose(path[:end], paths[0][:end], rtol=SAME_PATH, atol=0.0)
-        for r, path in zip(replays, paths, strict=True)
-    )
+    end = firsts[0] + 1
+    paths = [np.array([rec.loss for rec in r.records[:end]]) for r in replays]
+    return all(np.allclose(path, paths[0], rtol=SAME_PATH, atol=0.0) for path in paths)
 
 
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

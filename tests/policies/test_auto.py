@@ -477,8 +477,33 @@ def test_a_large_job_is_looked_ahead_on_a_sample_of_its_rows_that_decides_alike(
         look = Lookahead(config, prepare(config, None), cost, rows=rows)
         choice, why = look.choose(10, run.theta, run.records, Choice(2, 8), [Choice(4, 8)])
         decisions.append((choice, float(why.split(" needs ")[1].split(" s ")[0])))
+        assert "on every row" not in why  # (far from the optimum the sample stands in)
     assert decisions[0][0] == decisions[1][0] == Choice(4, 8)
     assert decisions[0][1] == pytest.approx(decisions[1][1], rel=0.05)  # r=2's seconds
+
+
+def test_near_the_optimum_a_large_job_is_looked_ahead_on_every_row(tmp_path: Path) -> None:
+    # Near the job's optimum its gradient is small and the sample's is not (the sample's
+    # optimum is elsewhere): on the sample every rule would make progress the job cannot.
+    # The decision is then taken on every row, as a look-ahead without a sample takes it.
+    config = _slow_pair_job(tmp_path, sizes="2,4").replace(
+        data=Component("synthetic", {"rows": 8000, "dim": 20}),
+        target_loss=0.3,
+        optimizer={"lr": "auto"},
+        stragglers=Component("exponential", {"mean": 0.01}),
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 1000, seconds_per_partition=0.0, decode_seconds=1e-4)
+    run = simulate(config.replace(policy=Component("frc", {"s": 1}), rounds=30), cost)
+    whys = []
+    for rows in (2000, 10**9):
+        look = Lookahead(config, prepare(config, None), cost, rows=rows)
+        _, why = look.choose(30, run.theta, run.records[-10:], Choice(2, 8), [Choice(4, 8)])
+        whys.append(why)
+    assert "on every row (the sample's gradient is off the job's here)" in whys[0]
+    assert (
+        whys[0].replace("; on every row (the sample's gradient is off the job's here)", "")
+        == (whys[1])
+    )
 
 
 def _lazy_job(**options: object) -> JobConfig:
