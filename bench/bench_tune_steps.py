@@ -73,7 +73,7 @@ def one(n: int, scenario: str, lrs: list[str], jobs: int) -> dict[str, object]:
         delays=lambda rep: _truth(source.stragglers, n, pool=source.seed)[rep],
         cost=cost_for(n), hold=1,
     )  # fmt: skip
-    true = {(o.policy, o.lr): o.predicted for o in exhaustive}
+    true = {(label(o.policy), o.lr): o.predicted for o in exhaustive}
     best = min(exhaustive, key=lambda o: o.predicted)
     at_one = min((o for o in exhaustive if o.lr == "1/L"), key=lambda o: o.predicted)
     return {
@@ -82,9 +82,9 @@ def one(n: int, scenario: str, lrs: list[str], jobs: int) -> dict[str, object]:
         "best": best.label,
         "best_s": best.predicted,
         "pick": picked,
-        "pick_s": true[ranked[0].policy, ranked[0].lr],
+        "pick_s": true[label(ranked[0].policy), ranked[0].lr],
         "run_pick": at_run,
-        "run_pick_s": true[at_run_ranked[0].policy, "1/L"],  # (the run's "auto" is 1/L)
+        "run_pick_s": true[label(at_run_ranked[0].policy), "1/L"],  # (the run's "auto" is 1/L)
         "auto": f"{label(started[0])} lr={started[1].lr}" if started else "-",
         "auto_s": tuned_auto,
         "tune_s": at_run_seconds,
