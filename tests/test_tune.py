@@ -755,15 +755,7 @@ def test_replays_along_different_losses_are_not_the_same_path() -> None:
     def replay(losses: list[float]) -> _Reach:
         reach = _Reach(target=0.5, hold=100)
         for t, loss in enumerate(losses):
-            reach(
-                RoundRecord(
-                    round=t, wall_seconds=t + 1.0, round_seconds=1.0, wait_seconds=1.0,
-                    decode_seconds=0.0, compute_seconds_max=0.0, loss=loss, metric=0.5,
-                    metric_name="auc", workers_used=(), exact=False, decode_residual=0.0,
-                    bytes_up=0, bytes_down=0, uploads=0, computations=0, cancelled=0,
-                    late_dropped=0,
-                )
-            )  # fmt: skip
+            reach(dataclasses.replace(_record(t, {0: 0.01}), loss=loss))
         return reach
 
     dip = [0.9, 0.6, 0.49, 0.52, 0.48]

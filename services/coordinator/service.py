@@ -559,5 +559,4 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
             pass
     # The step size, schedule and the rest, checked now rather than when the job starts
     # (L = 1 stands in for the data's smoothness: lr = "auto" is always valid here).
-
     create_optimizer(config.optimizer, np.zeros(1), smoothness=1.0)

@@ -53,6 +53,7 @@ from codedgd.services.errors import CodedGDError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, job_context
 from codedgd.services.models import objective
+from codedgd.services.optim import objective_gradient
 from codedgd.services.policies.auto import Choice
 from codedgd.services.policies.base import JobContext, Plan, Policy
 from codedgd.services.policies.lag import DEFAULT_D
@@ -545,11 +546,10 @@ SAMPLE_OFF = 0.5
 
 
 def _gradient(data: Prepared, theta: np.ndarray) -> np.ndarray:
-    """∇F(θ) on ``data``'s training rows: grad_sum/N + λθ, as the coordinator decodes it."""
+    """∇F(θ) on ``data``'s training rows, as the coordinator steps with it."""
     ds, model = data.dataset, data.model
-    rows = max(int(ds.X_train.shape[0]), 1)
-    out: np.ndarray = model.grad_sum(theta, ds.X_train, ds.y_train) / rows + model.l2 * theta
-    return out
+    total = model.grad_sum(theta, ds.X_train, ds.y_train)
+    return objective_gradient(total, max(int(ds.X_train.shape[0]), 1), model.l2, theta)
 
 
 def _subsample(prepared: Prepared, rows: int, config: JobConfig) -> tuple[Prepared, float]:

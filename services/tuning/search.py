@@ -292,7 +292,7 @@ class Outcome:
 
     policy: Component
     # The step size it ran at, as the job file gives it (a number, "auto", "F/L"), and
-    # that step in numbers. ``step`` shows in the label when the search tried several.
+    # that step in numbers. ``lr`` shows in the label when the search was given steps.
     lr: Any = "auto"
     step_size: float = math.nan
     step_shown: bool = False
