@@ -114,13 +114,84 @@ def test_a_slow_worker_stays_slow_in_proportion_to_its_load() -> None:
     assert slowness[4] == pytest.approx(3.0, rel=0.15)
     assert np.all(np.delete(slowness, [2, 4]) < 1.5)
     replay = ResampledDelay(obs, fit_delays(obs).best, seed=0)
+    # Their delays spread as the others' do: all of their slowness grows with load.
+    assert obs.load_slowness()[[2, 4]] == pytest.approx(slowness[[2, 4]], rel=0.1)
     for w in (2, 4):
         base = replay.delay(w, 5, 0.0, 1.0)
-        assert replay.delay(w, 5, 0.5, 1.0) == pytest.approx(base + (slowness[w] - 1) * 0.5)
+        grown = (obs.load_slowness()[w] - 1) * 0.5
+        assert replay.delay(w, 5, 0.5, 1.0) == pytest.approx(base + grown)
     # At the recorded load, worker 4's replay is the recorded delay (the same rounds).
     replay_4 = [replay.delay(4, t, 0.01, 1.0) for t in range(200)]
     assert np.median(replay_4) == pytest.approx(np.median(excess[:, 4]), rel=0.25)
     assert min(replay_4) >= 0.02
+
+
+def _speed_classes_run(
+    compute: float, rounds: int = 200, n: int = 8
+) -> tuple[StragglerModel, Observations]:
+    """Half of ``n`` workers 2x slower at everything (a wait e ~ Exp(0.05 s) too), observed
+    over ``rounds`` rounds of ``compute`` seconds each: what a run of uncoded records."""
+    model = create_straggler_model(
+        "speed-classes", {"factor": 2.0, "mean": 0.05}, seed=5, n_workers=n
+    )
+    workers = np.arange(n)
+    excess = np.array(
+        [model.delays(workers, t, np.full(n, compute), np.ones(n)) for t in range(rounds)]
+    )
+    obs = Observations(excess, np.zeros((rounds, n), dtype=bool), np.full((rounds, n), compute))
+    return model, obs
+
+
+def test_a_slower_wait_stays_at_any_load_and_only_the_slower_compute_grows() -> None:
+    # Speed classes: a slow worker's delay is (2 − 1)·compute + 2·e. At four times the
+    # load only the compute part is four times as long; its wait is as long as before.
+    model, obs = _speed_classes_run(compute=0.05)
+    slow = model.slow(0)
+    assert 0 < int(slow.sum()) < 8
+    assert np.all(obs.persistent_excess()[slow] > 0)
+    assert np.all(obs.persistent_excess()[~slow] == 0)
+    # At the run's load a slow worker takes well over twice a typical one (its wait is
+    # twice as long too); the machine itself is twice as slow.
+    assert np.all(obs.slowness()[slow] > 2.3)
+    assert obs.load_slowness()[slow] == pytest.approx(np.full(int(slow.sum()), 2.0), rel=0.2)
+    assert np.all(obs.fixed_excess() <= obs.persistent_excess())
+    replay = ResampledDelay(obs, fit_delays(obs).best, seed=0)
+    workers = np.arange(8)
+
+    def mean_delays(delays: StragglerModel | ResampledDelay, load: float) -> np.ndarray:
+        compute = np.full(8, 0.05 * load)
+        rounds = [delays.delays(workers, t, compute, np.ones(8)) for t in range(400)]
+        out: np.ndarray = np.mean(rounds, axis=0)
+        return out
+
+    # What four times the load adds (the same rounds at both loads: their luck cancels).
+    true = mean_delays(model, 4.0) - mean_delays(model, 1.0)
+    replayed = mean_delays(replay, 4.0) - mean_delays(replay, 1.0)
+    assert true[slow] == pytest.approx(np.full(int(slow.sum()), 0.15))
+    # Taking the whole persistent excess to grow with load, the replay added 0.22-0.29 s.
+    assert replayed[slow] == pytest.approx(true[slow], rel=0.25)
+    assert replayed[~slow] == pytest.approx(true[~slow], abs=1e-12)
+    # At the run's load the replay is the record, waits and all.
+    assert mean_delays(replay, 1.0) == pytest.approx(np.mean(obs.excess, axis=0), rel=0.15)
+
+
+def test_the_spread_is_read_only_from_a_worker_answered_often_enough() -> None:
+    _, obs = _speed_classes_run(compute=0.05, rounds=60)
+    slow = obs.persistent_excess() > 0
+    assert np.all(obs.fixed_excess()[slow] > 0)
+    # Cancelled in a third of its rounds, a slow worker's upper quartile is unknown: all
+    # of its persistent excess is taken to grow with load, as before spreads were read.
+    censored = obs.censored.copy()
+    w = int(np.flatnonzero(slow)[0])
+    censored[::3, w] = True
+    cut = dataclasses.replace(obs, censored=censored)
+    assert cut.fixed_excess()[w] == 0.0
+    assert cut.load_slowness()[w] == pytest.approx(cut.slowness()[w])
+    # Too few rounds to read any spread: the same.
+    short = dataclasses.replace(
+        obs, excess=obs.excess[:10], censored=obs.censored[:10], compute=obs.compute[:10]
+    )
+    assert np.all(short.fixed_excess() == 0.0)
 
 
 def _record(t: int, responses: dict[int, float], cancelled: int = 0) -> RoundRecord:
@@ -239,6 +310,11 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     # Its prior is the run's slowness of each worker (what tune printed), to 3 digits.
     prior = doc["auto_start"]["policy"].pop("prior")
     assert np.allclose([float(v) for v in prior.split(",")], doc["slowness"], rtol=5e-3)
+    # What of it grows with load (what the search replays) is never more than all of it.
+    assert len(doc["load_slowness"]) == len(doc["slowness"])
+    assert all(
+        1 <= g <= s + 1e-12 for g, s in zip(doc["load_slowness"], doc["slowness"], strict=True)
+    )
     assert doc["auto_start"] == {
         "policy": {"name": "auto", "r": r},
         "from": origin["label"],

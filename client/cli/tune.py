@@ -253,7 +253,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not math.isfinite(target):
         raise ConfigError(f"--target-loss must be a finite number, got {target!r}")
     rounds = args.rounds or max(2 * len(records), job.rounds if args.probe else 1)
-    slowness = obs.slowness()  # compute and persistent delay: what the replay models
+    slowness = obs.slowness()  # compute and persistent delay, at the run's load
+    load_slowness = obs.load_slowness()  # what of it grows with load: what the replay scales
     slow = [(w, float(slowness[w])) for w in np.argsort(-slowness) if slowness[w] >= 1.5]
     if not args.json:
         n_values, n_cens = fit.values.size, int(fit.censored.sum())
@@ -263,10 +264,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
         for i, f in enumerate(fit.fits):
             print(f"  {'best fit ' if i == 0 and not f.why_not else 'also     '}{f.describe()}")
-        shown = ", ".join(f"worker {w} {s:.1f}x" for w, s in slow[:8]) or "none"
+        shown = (
+            ", ".join(f"worker {w} {s:.1f}x ({load_slowness[w]:.1f}x)" for w, s in slow[:8])
+            or "none"
+        )
         print(
             f"compute: median {obs.median_compute():.4g} s a round; workers 1.5x or more "
-            f"slower than the typical one (compute and persistent delay): {shown}"
+            "slower than the typical one at the run's load (compute and persistent delay; "
+            f"in brackets, what grows with the load a candidate gives them): {shown}"
         )
         why = (
             f" (within {args.target_gap:g} of the optimum F* = {optimal.loss:.6g})"
@@ -308,6 +313,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "rounds": rounds,
             "fits": [f.to_dict() for f in fit.fits],
             "slowness": [float(s) for s in slowness],
+            "load_slowness": [float(s) for s in load_slowness],
             "candidates": [o.to_dict() for o in outcomes],
             # auto's start (--write-auto): the group size of the best candidate it can run
             "auto_start": (

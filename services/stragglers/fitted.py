@@ -53,6 +53,12 @@ FAMILIES = ("shifted-exponential", "pareto")
 # A worker's median delay is persistent slowness when no more than this share of pools of
 # equal workers would show one as far above the typical worker by chance.
 FAMILY_WISE = 0.05
+# The fewest answered rounds whose floor says how much of a slow worker's delay is a slower
+# wait rather than a slower machine (Observations.fixed_excess), and the percentile of a
+# worker's delays taken for its floor: low, for little of the wait above it; not the least,
+# which one lucky round sets.
+MIN_SPREAD_ROUNDS = 20
+FLOOR = 5.0
 
 
 def chance_limit(n_workers: int) -> float:
@@ -124,17 +130,66 @@ class Observations:
         chance = sigmas * 1.25 * (q75 - q25) / 1.349 / np.sqrt(rounds)
         return np.asarray(np.where(above > chance, above, 0.0))
 
+    def fixed_excess(self) -> np.ndarray:
+        """The part of each worker's persistent excess that a lighter load does not
+        shorten, seconds (0 <= it <= :meth:`persistent_excess`).
+
+        A worker's delays beyond compute are a floor and a wait above it. How far its
+        floor (the ``FLOOR``-th percentile of its delays) sits above the typical workers'
+        is a shift that comes every round: taken for compute hidden in the delay, it grows
+        with the load (:meth:`load_slowness`). The rest of its persistent excess is a
+        longer wait above the floor: a slower machine's network stack or queue, or an
+        injected wait scaled with it (speed-classes: a slow worker waits f·e where the
+        others wait e), and that stays what it is at any load. One load cannot otherwise
+        tell the two apart: taking every second of the excess to grow, tune predicted
+        groups of 4 a third slower than they are on two speed classes at n = 64.
+
+        Read only from a worker with at least ``MIN_SPREAD_ROUNDS`` answered rounds and at
+        most a tenth of them censored (a cancelled worker's delays are bounds); any other
+        worker keeps its whole persistent excess growing with load.
+        """
+        persistent = self.persistent_excess()
+        out = np.zeros(self.n_workers)
+        slow = persistent > 0
+        if not slow.any():
+            return out
+        answered = np.where(self.censored, np.nan, self.excess)
+        typical = answered[:, ~slow]
+        typical = typical[~np.isnan(typical)]
+        if typical.size < MIN_SPREAD_ROUNDS:
+            return out
+        floor = float(np.percentile(typical, FLOOR))
+        for w in np.flatnonzero(slow):
+            seen = int(np.sum(~np.isnan(self.excess[:, w])))
+            own = answered[:, w][~np.isnan(answered[:, w])]
+            if own.size < MIN_SPREAD_ROUNDS or own.size < 0.9 * seen:
+                continue
+            shift = min(max(float(np.percentile(own, FLOOR)) - floor, 0.0), persistent[w])
+            out[w] = persistent[w] - shift
+        return out
+
     def slowness(self) -> np.ndarray:
-        """How many times longer than a typical worker each worker takes for the same load.
+        """How many times longer than a typical worker each worker takes at the run's load.
 
         Its compute's ratio to the pool's (:meth:`speed`), times 1 + its persistent excess
-        over its compute: a worker persistently slower than the pool is taken to be a
-        slower machine, whose extra time grows with the data it is given.
+        over its compute. What the run showed; how much of it a change of load changes is
+        :meth:`load_slowness`.
         """
+        return self._slowness(self.persistent_excess())
+
+    def load_slowness(self) -> np.ndarray:
+        """How many times longer than a typical worker each worker takes for the same
+        load, in what grows with the load: as :meth:`slowness`, without the persistent
+        excess that a slower wait explains (:meth:`fixed_excess`). A worker persistently
+        slower than the pool in anything else is taken to be a slower machine, whose
+        extra time grows with the data it is given."""
+        return self._slowness(self.persistent_excess() - self.fixed_excess())
+
+    def _slowness(self, excess: np.ndarray) -> np.ndarray:
         compute = np.full(self.n_workers, self.median_compute())
         answered = ~np.isnan(self.compute).all(axis=0)
         compute[answered] = np.nanmedian(self.compute[:, answered], axis=0)
-        extra = self.persistent_excess() / np.maximum(compute, 1e-12)
+        extra = excess / np.maximum(compute, 1e-12)
         out: np.ndarray = np.maximum(self.speed(), 1.0) * (1.0 + extra)
         return out
 
@@ -151,8 +206,10 @@ class Observations:
 
     def relative(self) -> np.ndarray:
         """Every value's excess beyond its round's typical one, per second of the round's
-        compute: what a slower machine keeps from one load to another (its extra time
-        grows with its compute, as :meth:`slowness` assumes). NaN where unknown."""
+        compute: what a slower machine keeps from one load to another, all of it taken to
+        grow with its compute (as :meth:`slowness` counts it; auto's look-ahead moves
+        between loads of one job, where :meth:`fixed_excess`'s spreads are too few to read).
+        NaN where unknown."""
         typical, compute = self.rows()
         out: np.ndarray = np.maximum(self.excess - typical[:, None], 0.0) / compute[:, None]
         return out
@@ -363,10 +420,12 @@ class ResampledDelay:
 
     Round t of the replay is a recorded round drawn with replacement (so the delays within
     a round keep their correlation), each censored value drawn from ``tail``'s law beyond
-    its bound. A worker's persistent slowness (:meth:`Observations.slowness`) is replayed
-    as a slower machine: its persistent excess is taken out of the recorded delays and it
-    waits ``(slowness − 1)·compute_seconds`` instead, so a candidate that gives it less
-    data pays less for it, and one with the recorded load replays the record as it was.
+    its bound. A worker's persistent slowness (:meth:`Observations.load_slowness`) is
+    replayed as a slower machine: the part of its persistent excess that grows with load is
+    taken out of the recorded delays and it waits ``(load_slowness − 1)·compute_seconds``
+    instead, so a candidate that gives it less data pays less for it, and one with the
+    recorded load replays the record as it was. The part a slower wait explains
+    (:meth:`Observations.fixed_excess`) stays in the recorded delays at every load.
     """
 
     name: ClassVar[str] = "resampled"
@@ -374,8 +433,8 @@ class ResampledDelay:
     def __init__(self, obs: Observations, tail: DelayFit, *, seed: int) -> None:
         self.obs = obs
         self.tail = tail
-        self.slowness = obs.slowness()
-        self.persistent = obs.persistent_excess()
+        self.slowness = obs.load_slowness()
+        self.persistent = obs.persistent_excess() - obs.fixed_excess()  # grows with load
         self.seed = int(seed)
         self._rows: dict[int, np.ndarray] = {}
 

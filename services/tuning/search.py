@@ -16,8 +16,9 @@ worker; links cost nothing, because the recorded excess delays already
 hold the source's network time (for messages of the same size: every candidate here
 sends one whole gradient per worker); decode is timed on this machine. A worker that was
 persistently slower than the pool is replayed as a slower machine
-(:meth:`~codedgd.services.stragglers.fitted.Observations.slowness`), and ``hetero`` candidates
-give each worker data in proportion to its measured speed.
+(:meth:`~codedgd.services.stragglers.fitted.Observations.load_slowness`), less what a
+slower wait explains (its delays spread wider: that part stays at any load), and
+``hetero`` candidates give each worker data in proportion to its speed so measured.
 
 The worker-to-worker topologies (ring all-reduce, trees, CodedReduce) are searched only
 with a stated :class:`Link`: their messages travel between workers, hop after hop, and a
@@ -486,7 +487,7 @@ def search(
             partitions=0,
             optimizer={**source.optimizer, "lr": lr},
         )
-        for c in candidates(n, policies, speeds=1.0 / obs.slowness())
+        for c in candidates(n, policies, speeds=1.0 / obs.load_slowness())
         for lr in lrs
     ]
     jobs = jobs or _cpus()
