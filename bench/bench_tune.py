@@ -12,7 +12,8 @@ default policy's true time over the pick's (goal > 1), how long the tuner took, 
 candidate's (goal: <= 1.05, and <= 1/1.2 on the alternating scenario), and over the best
 of the candidates that are not lazy; and ``auto`` as ``codedgd tune --write-auto`` writes
 it (started at the group size of tune's pick, each worker's slowness in the source run
-its prior) over the best.
+its prior) over the best; and over tune's ten best-ranked candidates, how far its
+predicted times are from their true ones (predicted / true, the lowest and the highest).
 
     python -m bench.bench_tune                          # n = 16 and 64, all six scenarios
     python -m bench.bench_tune --workers 16 --scenario alternating
@@ -113,6 +114,12 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     )
     true_time = {o.label: o.predicted for o in exhaustive}
     pick = picked[0].label
+    # How far off tune's predictions are, over its top ten (those that reached the target).
+    off = [
+        o.predicted / true_time[o.label]
+        for o in picked[:10]
+        if math.isfinite(o.predicted) and math.isfinite(true_time.get(o.label, math.inf))
+    ]
     # The best of the exhaustive search: the lowest median true time of any candidate.
     best = min(exhaustive, key=lambda o: o.predicted)
     # The best eager candidate (what auto with lazy=none chooses among).
@@ -154,6 +161,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         "tuned_auto_true": tuned_auto,
         "tune_seconds": tune_seconds,
         "candidates": len(picked),
+        "predicted_over_true": (min(off), max(off)) if off else None,
     }
 
 
@@ -180,9 +188,12 @@ def main() -> None:
     print(
         "| scenario | n | tune's pick | predicted (s) | true (s) | best of exhaustive | "
         "best (s) | pick / best | uncoded / pick | tune took (s) | auto (s) | auto / best | "
-        "best not lazy | its time (s) | auto / it | auto from tune | its time (s) | its / best |"
+        "best not lazy | its time (s) | auto / it | auto from tune | its time (s) | its / best | "
+        "tune's top 10: predicted / true |"
     )
-    print("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|")
+    print(
+        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---|"
+    )
     for n in args.workers or [16, 64]:
         for scenario in args.scenario or list(SCENARIOS):
             r = one(scenario, n, args)
@@ -196,12 +207,17 @@ def main() -> None:
                 f"{r['auto_true'] / r['best_true']:.2f} | {r['best_eager']} | "
                 f"{_s(r['best_eager_true'])} | {r['auto_true'] / r['best_eager_true']:.2f} | "
                 f"{r['auto_start']} | {_s(r['tuned_auto_true'])} | "
-                f"{r['tuned_auto_true'] / r['best_true']:.2f} |",
+                f"{r['tuned_auto_true'] / r['best_true']:.2f} | "
+                f"{_range(r['predicted_over_true'])} |",
                 flush=True,
             )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=1, default=lambda v: None if math.isinf(v) else v)
+
+
+def _range(span: tuple[float, float] | None) -> str:
+    return f"{span[0]:.2f}-{span[1]:.2f}" if span is not None else "-"
 
 
 def _s(v: float) -> str:

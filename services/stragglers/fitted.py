@@ -37,6 +37,7 @@ from statistics import NormalDist
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy import ndimage
 
 from codedgd.services.errors import ConfigError
 from codedgd.services.records import RoundRecord
@@ -57,7 +58,7 @@ FAMILY_WISE = 0.05
 # wait rather than a slower machine (Observations.fixed_excess), and the percentile of a
 # worker's delays taken for its floor: low, for little of the wait above it; not the least,
 # which one lucky round sets.
-MIN_SPREAD_ROUNDS = 20
+MIN_FLOOR_ROUNDS = 20
 FLOOR = 5.0
 
 
@@ -130,42 +131,65 @@ class Observations:
         chance = sigmas * 1.25 * (q75 - q25) / 1.349 / np.sqrt(rounds)
         return np.asarray(np.where(above > chance, above, 0.0))
 
-    def fixed_excess(self) -> np.ndarray:
-        """The part of each worker's persistent excess that a lighter load does not
-        shorten, seconds (0 <= it <= :meth:`persistent_excess`).
+    def load_excess(self) -> np.ndarray:
+        """Each recorded delay's part that grows with the worker's load, seconds (rounds ×
+        workers; 0 where none, and where the worker was not contacted).
 
-        A worker's delays beyond compute are a floor and a wait above it. How far its
-        floor (the ``FLOOR``-th percentile of its delays) sits above the typical workers'
-        is a shift that comes every round: taken for compute hidden in the delay, it grows
-        with the load (:meth:`load_slowness`). The rest of its persistent excess is a
-        longer wait above the floor: a slower machine's network stack or queue, or an
-        injected wait scaled with it (speed-classes: a slow worker waits f·e where the
-        others wait e), and that stays what it is at any load. One load cannot otherwise
-        tell the two apart: taking every second of the excess to grow, tune predicted
+        A worker's delays beyond compute are a floor and a wait above it. A slower
+        machine shifts the floor: compute hidden in the delay, which grows with the load.
+        A longer wait above it (a slower network stack or queue, or an injected wait
+        scaled with the machine: speed-classes' slow workers wait f·e where the others
+        wait e) stays what it is at any load. One load cannot otherwise tell the two
+        apart: taking every second of the persistent excess to grow, tune predicted
         groups of 4 a third slower than they are on two speed classes at n = 64.
 
-        Read only from a worker with at least ``MIN_SPREAD_ROUNDS`` answered rounds and at
-        most a tenth of them censored (a cancelled worker's delays are bounds); any other
-        worker keeps its whole persistent excess growing with load.
+        A round is in one of a worker's slow stretches where its floor around the round
+        (the highest least delay of any ``MIN_FLOOR_ROUNDS`` consecutive rounds holding
+        it, :func:`_local_floors`) is above every typical worker's floor around any
+        round, and at least half-way up to its median slow round's. In those rounds, what
+        grows is the shift of its floor over all its slow stretches (their ``FLOOR``-th
+        percentile) above the typical workers' (theirs),
+        and never more than the delay has above the typical floor; elsewhere nothing.
+        Read round by round, a worker slow in some rounds only (slow machines that change
+        identity) is followed: a floor over its whole run is its fast rounds'.
+
+        Read only from a worker with at least ``MIN_FLOOR_ROUNDS`` answered rounds and at
+        most a tenth of them censored (a cancelled worker's delays are bounds), whose
+        censored rounds get the median of its others. Any other worker found
+        persistently slow keeps its whole :meth:`persistent_excess` growing with load, in
+        every round, as before floors were read.
         """
         persistent = self.persistent_excess()
-        out = np.zeros(self.n_workers)
         slow = persistent > 0
-        if not slow.any():
-            return out
+        contacted = ~np.isnan(self.excess)
+        out = np.where(contacted, persistent[None, :], 0.0)
         answered = np.where(self.censored, np.nan, self.excess)
         typical = answered[:, ~slow]
         typical = typical[~np.isnan(typical)]
-        if typical.size < MIN_SPREAD_ROUNDS:
+        if typical.size < MIN_FLOOR_ROUNDS:
             return out
         floor = float(np.percentile(typical, FLOOR))
-        for w in np.flatnonzero(slow):
-            seen = int(np.sum(~np.isnan(self.excess[:, w])))
-            own = answered[:, w][~np.isnan(answered[:, w])]
-            if own.size < MIN_SPREAD_ROUNDS or own.size < 0.9 * seen:
+        local = _local_floors(answered, MIN_FLOOR_ROUNDS)
+        typical_local = local[:, ~slow]
+        chance = float(np.max(typical_local[np.isfinite(typical_local)]))
+        for w in range(self.n_workers):
+            mine = ~np.isnan(answered[:, w])
+            if mine.sum() < MIN_FLOOR_ROUNDS or mine.sum() < 0.9 * contacted[:, w].sum():
                 continue
-            shift = min(max(float(np.percentile(own, FLOOR)) - floor, 0.0), persistent[w])
-            out[w] = persistent[w] - shift
+            slowed = mine & (local[:, w] > chance)
+            shift = np.zeros(self.rounds)
+            if slowed.any():
+                # The first fast rounds after a stretch can pass the test (a run of a few
+                # fast delays and the slow ones before them has a high least): keep those
+                # whose floor is at least half-way up to the typical slow round's.
+                typical_slow = float(np.median(local[slowed, w])) - floor
+                slowed &= local[:, w] - floor >= typical_slow / 2
+                # One floor for all its slow stretches: a low percentile of them all is
+                # steadier than any one stretch's least value.
+                own = float(np.percentile(answered[slowed, w], FLOOR)) - floor
+                shift = np.where(slowed, np.clip(answered[:, w] - floor, 0.0, own), 0.0)
+            fill = float(np.median(shift[mine]))
+            out[:, w] = np.where(mine, shift, np.where(contacted[:, w], fill, 0.0))
         return out
 
     def slowness(self) -> np.ndarray:
@@ -179,11 +203,16 @@ class Observations:
 
     def load_slowness(self) -> np.ndarray:
         """How many times longer than a typical worker each worker takes for the same
-        load, in what grows with the load: as :meth:`slowness`, without the persistent
-        excess that a slower wait explains (:meth:`fixed_excess`). A worker persistently
-        slower than the pool in anything else is taken to be a slower machine, whose
-        extra time grows with the data it is given."""
-        return self._slowness(self.persistent_excess() - self.fixed_excess())
+        load, in what grows with the load: as :meth:`slowness`, with the median of its
+        :meth:`load_excess` over its rounds for its persistent excess. A worker
+        persistently slower than the pool in its floor is taken to be a slower machine,
+        whose extra time grows with the data it is given."""
+        load = self.load_excess()
+        contacted = ~np.isnan(self.excess)
+        typical = np.array(
+            [float(np.median(load[contacted[:, w], w])) for w in range(self.n_workers)]
+        )
+        return self._slowness(typical)
 
     def _slowness(self, excess: np.ndarray) -> np.ndarray:
         compute = np.full(self.n_workers, self.median_compute())
@@ -208,7 +237,7 @@ class Observations:
         """Every value's excess beyond its round's typical one, per second of the round's
         compute: what a slower machine keeps from one load to another, all of it taken to
         grow with its compute (as :meth:`slowness` counts it; auto's look-ahead moves
-        between loads of one job, where :meth:`fixed_excess`'s spreads are too few to read).
+        between loads of one job, on windows too short to read :meth:`load_excess`'s floors).
         NaN where unknown."""
         typical, compute = self.rows()
         out: np.ndarray = np.maximum(self.excess - typical[:, None], 0.0) / compute[:, None]
@@ -240,6 +269,18 @@ class Observations:
                 excess[i, w] = float(np.median(above))
                 censored[i, w] = False
         return replace(self, excess=excess, censored=censored)
+
+
+def _local_floors(values: np.ndarray, span: int) -> np.ndarray:
+    """Per column, each value's floor around its row: the highest, over the runs of
+    ``span`` rows that hold it, of the least value in the run (a grey-scale opening:
+    scipy.ndimage.grey_opening). A stretch of at least ``span`` slow rounds keeps its own
+    floor, and a value is never given a floor above itself. NaN: skipped; rows without a
+    value: NaN."""
+    filled = np.where(np.isnan(values), np.inf, values)
+    opened = ndimage.grey_opening(filled, size=(min(span, len(filled)), 1), mode="nearest")
+    out: np.ndarray = np.where(np.isnan(values), np.nan, np.minimum(opened, filled))
+    return out
 
 
 def observe(
@@ -420,12 +461,13 @@ class ResampledDelay:
 
     Round t of the replay is a recorded round drawn with replacement (so the delays within
     a round keep their correlation), each censored value drawn from ``tail``'s law beyond
-    its bound. A worker's persistent slowness (:meth:`Observations.load_slowness`) is
-    replayed as a slower machine: the part of its persistent excess that grows with load is
-    taken out of the recorded delays and it waits ``(load_slowness − 1)·compute_seconds``
-    instead, so a candidate that gives it less data pays less for it, and one with the
-    recorded load replays the record as it was. The part a slower wait explains
-    (:meth:`Observations.fixed_excess`) stays in the recorded delays at every load.
+    its bound. The part of each recorded delay that grows with the worker's load
+    (:meth:`Observations.load_excess`: a slow worker's shifted floor) is taken out and
+    grown with the load a candidate gives it: the worker waits ``(slowness − 1)·
+    compute_seconds`` more, where slowness is its speed times 1 + that part over its
+    recorded compute. So a candidate that gives a slow machine less data pays less for
+    it, one with the recorded load replays the record as it was, and a longer wait above
+    the floor stays as recorded at every load.
     """
 
     name: ClassVar[str] = "resampled"
@@ -433,10 +475,14 @@ class ResampledDelay:
     def __init__(self, obs: Observations, tail: DelayFit, *, seed: int) -> None:
         self.obs = obs
         self.tail = tail
-        self.slowness = obs.load_slowness()
-        self.persistent = obs.persistent_excess() - obs.fixed_excess()  # grows with load
+        self.grows = obs.load_excess()  # of each recorded delay: what grows with load
+        compute = np.full(obs.n_workers, obs.median_compute())
+        answered = ~np.isnan(obs.compute).all(axis=0)
+        compute[answered] = np.nanmedian(obs.compute[:, answered], axis=0)
+        self._speed = np.maximum(obs.speed(), 1.0)
+        self._per_compute = self._speed / np.maximum(compute, 1e-12)
         self.seed = int(seed)
-        self._rows: dict[int, np.ndarray] = {}
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def reseeded(self, seed: int) -> ResampledDelay:
         """The same replay under another seed, sharing what was computed from the
@@ -446,12 +492,15 @@ class ResampledDelay:
         out._rows = {}
         return out
 
-    def _row(self, round: int) -> np.ndarray:
-        row = self._rows.get(round)
-        if row is None:
+    def _row(self, round: int) -> tuple[np.ndarray, np.ndarray]:
+        """Round ``round``'s delays without what grows with load, and each worker's
+        slowness in what grows (the times its compute it takes)."""
+        cached = self._rows.get(round)
+        if cached is None:
             rng = np.random.default_rng([self.seed, round, 0x7475])  # "tu"
             pick = int(rng.integers(self.obs.rounds))
             row = self.obs.excess[pick].copy()
+            grows = self.grows[pick].copy()
             cens = self.obs.censored[pick]
             if cens.any():
                 row[cens] = self.tail.tail_beyond(row[cens], rng)
@@ -464,20 +513,20 @@ class ResampledDelay:
                 if self.obs.censored[drawn, w]:
                     value = float(self.tail.tail_beyond(np.array([value]), rng)[0])
                 row[w] = value
-            row = np.maximum(row - self.persistent, 0.0)
+                grows[w] = self.grows[drawn, w]
+            cached = (np.maximum(row - grows, 0.0), self._speed + grows * self._per_compute)
             if len(self._rows) > 4:
                 self._rows.clear()
-            self._rows[round] = row
-        return row
+            self._rows[round] = cached
+        return cached
 
     def delay(self, worker: int, round: int, compute_seconds: float, load: float) -> float:
-        extra = (float(self.slowness[worker]) - 1.0) * compute_seconds
-        return float(self._row(round)[worker]) + extra
+        row, slowness = self._row(round)
+        return float(row[worker]) + (float(slowness[worker]) - 1.0) * compute_seconds
 
     def delays(
         self, workers: np.ndarray, round: int, compute_seconds: np.ndarray, loads: np.ndarray
     ) -> np.ndarray:
-        out: np.ndarray = (
-            self._row(round)[workers] + (self.slowness[workers] - 1.0) * compute_seconds
-        )
+        row, slowness = self._row(round)
+        out: np.ndarray = row[workers] + (slowness[workers] - 1.0) * compute_seconds
         return out

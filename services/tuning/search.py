@@ -176,6 +176,9 @@ def candidates(
         elif name == "lagc":
             tolerated = sorted({1, max(1, n // 8)})
             out += [Component(name, {"s": s, "xi": xi}) for s in tolerated for xi in LAZY_XI]
+            out += [
+                Component(name, {"s": s, "xi": max(LAZY_XI), "ride": LAZY_RIDE}) for s in tolerated
+            ]
         elif name == "hetero" and speeds is not None and len(speeds) == n:
             v = np.asarray(speeds, dtype=np.float64)
             if float(v.max() / v.min()) > HETEROGENEOUS:
