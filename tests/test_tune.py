@@ -177,6 +177,24 @@ def test_a_slower_wait_stays_at_any_load_and_only_the_slower_compute_grows() -> 
     assert mean_delays(replay, 1.0) == pytest.approx(np.mean(obs.excess, axis=0), rel=0.15)
 
 
+def test_a_wait_far_longer_than_compute_is_not_taken_to_grow_with_load() -> None:
+    # Compute of 10 µs under waits of 0.05-0.1 s (real processes on a small job): a slow
+    # worker's floor sits higher only as far as its twice-as-wide wait puts it.
+    model, obs = _speed_classes_run(compute=1e-5)
+    slow = model.slow(0)
+    assert np.all(obs.slowness()[slow] > 1000)  # 2x the wait, over 10 µs of compute
+    assert obs.load_slowness()[slow] == pytest.approx(np.ones(int(slow.sum())), abs=0.5)
+    replay = ResampledDelay(obs, fit_delays(obs).best, seed=0)
+    workers = np.arange(8)
+    grown = [
+        replay.delays(workers, t, np.full(8, 4e-5), np.ones(8))
+        - replay.delays(workers, t, np.full(8, 1e-5), np.ones(8))
+        for t in range(50)
+    ]
+    # The truth adds 30 µs; the whole persistent excess growing would add about 0.3 s.
+    assert np.max(np.abs(grown)) < 1e-4
+
+
 def test_a_worker_slow_in_some_rounds_grows_with_load_in_those_rounds_only() -> None:
     # Slow for rounds 0-49, calm after (alternating straggling). Its floor over the whole
     # run is its calm rounds': read so, its slow rounds would replay as recorded at any load.

@@ -60,6 +60,7 @@ FAMILY_WISE = 0.05
 # which one lucky round sets.
 MIN_FLOOR_ROUNDS = 20
 FLOOR = 5.0
+BASE = 1.0  # the percentile of the typical workers' delays taken for where their wait starts
 
 
 def chance_limit(n_workers: int) -> float:
@@ -143,15 +144,21 @@ class Observations:
         apart: taking every second of the persistent excess to grow, tune predicted
         groups of 4 a third slower than they are on two speed classes at n = 64.
 
-        A round is in one of a worker's slow stretches where its floor around the round
-        (the highest least delay of any ``MIN_FLOOR_ROUNDS`` consecutive rounds holding
-        it, :func:`_local_floors`) is above every typical worker's floor around any
-        round, and at least half-way up to its median slow round's. In those rounds, what
-        grows is the shift of its floor over all its slow stretches (their ``FLOOR``-th
-        percentile) above the typical workers' (theirs),
-        and never more than the delay has above the typical floor; elsewhere nothing.
-        Read round by round, a worker slow in some rounds only (slow machines that change
-        identity) is followed: a floor over its whole run is its fast rounds'.
+        The shift of a set of delays is how far their floor (``FLOOR``-th percentile) is
+        above the typical workers' (theirs), less what a wider wait explains: a wait f
+        times as wide (interquartile range) has its floor f times as far above where waits
+        start (the typical workers' ``BASE``-th percentile). It counts only beyond what
+        chance gives a typical worker (the largest of theirs, for as many rounds and as
+        wide a wait). A worker's shift is read over all its rounds (slow in every round),
+        or over its slow stretches (slow machines that change identity: a floor over its
+        whole run is its fast rounds'), whichever explains more: rounds where, with its
+        wait narrowed to the typical spread, its floor around the round (the highest
+        least value of any ``MIN_FLOOR_ROUNDS`` consecutive rounds holding it,
+        :func:`_local_floors`) is above the typical workers' (their 99th percentile of
+        those) and at least half-way up to its median such round, and the median at least
+        twice as far up as that percentile (less stands out only by the test's own pick).
+        In those rounds the shift grows (never more than the delay has above the typical
+        workers' start); elsewhere nothing.
 
         Read only from a worker with at least ``MIN_FLOOR_ROUNDS`` answered rounds and at
         most a tenth of them censored (a cancelled worker's delays are bounds), whose
@@ -168,26 +175,77 @@ class Observations:
         typical = typical[~np.isnan(typical)]
         if typical.size < MIN_FLOOR_ROUNDS:
             return out
-        floor = float(np.percentile(typical, FLOOR))
-        local = _local_floors(answered, MIN_FLOOR_ROUNDS)
+        # The typical workers' wait: where it starts (``base``), its floor and its spread.
+        base, floor, q25, q75 = np.percentile(typical, [BASE, FLOOR, 25, 75])
+        spread = q75 - q25
+        if not spread > 0:
+            return out
+
+        def wider(values: np.ndarray) -> float:
+            """How many times the typical workers' wait ``values``' is (>= 1)."""
+            w25, w75 = np.percentile(values, [25, 75])
+            return max(float((w75 - w25) / spread), 1.0)
+
+        def shifted(values: np.ndarray) -> float:
+            """How far ``values``' floor is above the typical workers', less what a wider
+            wait explains: a wait f times as wide has its floor f times as far above
+            where waits start."""
+            low = float(np.percentile(values, FLOOR))
+            return low - float(base) - wider(values) * float(floor - base)
+
+        # What chance gives: the largest shift of a typical worker, per round it has.
+        null = [
+            (shifted(v), int(v.size))
+            for v in (answered[:, w][~np.isnan(answered[:, w])] for w in np.flatnonzero(~slow))
+            if v.size >= MIN_FLOOR_ROUNDS
+        ]
+        if not null:
+            return out
+        noise = max(max(d, 0.0) * math.sqrt(m) for d, m in null)
+
+        def real(values: np.ndarray) -> float:
+            """``values``' shift, or 0 where a typical worker's luck could give it (its
+            wait's width and rounds counted)."""
+            d = shifted(values)
+            return d if d > wider(values) * noise / math.sqrt(values.size) else 0.0
+
+        # Each worker's delays with its wait narrowed to the typical workers' spread: what
+        # is left above the typical floor is a shift, which the floors below look for.
+        scales = np.ones(self.n_workers)
+        for k in np.flatnonzero(slow):
+            theirs = answered[:, k][~np.isnan(answered[:, k])]
+            if theirs.size >= MIN_FLOOR_ROUNDS:
+                scales[k] = wider(theirs)
+        narrowed = base + (answered - base) / scales[None, :]
+        local = _local_floors(narrowed, MIN_FLOOR_ROUNDS)
         typical_local = local[:, ~slow]
-        chance = float(np.max(typical_local[np.isfinite(typical_local)]))
+        # (Not their highest: a typical worker may itself be slow in a stretch too short
+        # to count as persistent.)
+        chance = float(np.percentile(typical_local[np.isfinite(typical_local)], 99))
         for w in range(self.n_workers):
             mine = ~np.isnan(answered[:, w])
             if mine.sum() < MIN_FLOOR_ROUNDS or mine.sum() < 0.9 * contacted[:, w].sum():
                 continue
+            # Slow in every round (its whole run's floor is shifted), or in stretches
+            # (where its floor around a round stands out): whichever explains more.
+            readings = [(real(answered[mine, w]), mine)] if slow[w] else []
             slowed = mine & (local[:, w] > chance)
-            shift = np.zeros(self.rounds)
             if slowed.any():
                 # The first fast rounds after a stretch can pass the test (a run of a few
-                # fast delays and the slow ones before them has a high least): keep those
-                # whose floor is at least half-way up to the typical slow round's.
-                typical_slow = float(np.median(local[slowed, w])) - floor
-                slowed &= local[:, w] - floor >= typical_slow / 2
-                # One floor for all its slow stretches: a low percentile of them all is
-                # steadier than any one stretch's least value.
-                own = float(np.percentile(answered[slowed, w], FLOOR)) - floor
-                shift = np.where(slowed, np.clip(answered[:, w] - floor, 0.0, own), 0.0)
+                # fast delays and the slow ones before them has a high least): keep
+                # those at least half-way up to the typical slow round's floor.
+                typical_slow = float(np.median(local[slowed, w])) - base
+                slowed &= local[:, w] - base >= typical_slow / 2
+                # A stretch just above chance is the luckiest of the pool's waits, picked
+                # out by the test itself: a slow stretch stands twice as high.
+                if typical_slow < 2 * (chance - base):
+                    slowed[:] = False
+            if slowed.sum() >= MIN_FLOOR_ROUNDS:
+                readings.append((real(answered[slowed, w]), slowed))
+            own, slowed = max(readings, key=lambda r: r[0] * r[1].sum(), default=(0.0, mine))
+            shift = np.zeros(self.rounds)
+            if own > 0:
+                shift = np.where(slowed, np.clip(answered[:, w] - base, 0.0, own), 0.0)
             fill = float(np.median(shift[mine]))
             out[:, w] = np.where(mine, shift, np.where(contacted[:, w], fill, 0.0))
         return out
