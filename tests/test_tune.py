@@ -195,6 +195,30 @@ def test_a_wait_far_longer_than_compute_is_not_taken_to_grow_with_load() -> None
     assert np.max(np.abs(grown)) < 1e-4
 
 
+@pytest.mark.parametrize(("n", "count"), [(3, 1), (4, 2), (8, 4)])
+def test_in_a_small_pool_a_wider_wait_is_not_taken_for_a_slower_machine(n: int, count: int) -> None:
+    # Few typical workers say little of chance: the floor's own standard error must. A
+    # slow worker (2x at everything) whose compute is 10 µs under waits of 0.05-0.1 s
+    # is taken to grow by more than a few times its compute in at most one pool of
+    # twenty (a four-standard-error test, itself read from the pool); without the error,
+    # in ten to fourteen of them (67-2,121x).
+    worst = []
+    for seed in range(20):
+        model = create_straggler_model(
+            "speed-classes",
+            {"factor": 2.0, "mean": 0.05, "count": count},
+            seed=seed,
+            n_workers=n,
+        )
+        workers = np.arange(n)
+        excess = np.array(
+            [model.delays(workers, t, np.full(n, 1e-5), np.ones(n)) for t in range(100)]
+        )
+        obs = Observations(excess, np.zeros((100, n), dtype=bool), np.full((100, n), 1e-5))
+        worst.append(float(obs.load_slowness().max()))
+    assert sum(w > 5 for w in worst) <= 1, worst
+
+
 def test_a_worker_slow_in_some_rounds_grows_with_load_in_those_rounds_only() -> None:
     # Slow for rounds 0-49, calm after (alternating straggling). Its floor over the whole
     # run is its calm rounds': read so, its slow rounds would replay as recorded at any load.

@@ -61,6 +61,9 @@ FAMILY_WISE = 0.05
 MIN_FLOOR_ROUNDS = 20
 FLOOR = 5.0
 BASE = 1.0  # the percentile of the typical workers' delays taken for where their wait starts
+# The widest (interquartile range over the typical workers') a worker's rounds outside its
+# slow stretches may wait and still be typical.
+TYPICAL_WIDTH = 1.5
 
 
 def chance_limit(n_workers: int) -> float:
@@ -178,6 +181,9 @@ class Observations:
         # The typical workers' wait: where it starts (``base``), its floor and its spread.
         base, floor, q25, q75 = np.percentile(typical, [BASE, FLOOR, 25, 75])
         spread = q75 - q25
+        # Seconds per unit of probability near the floor (1 / the density there), read
+        # over the floor's 20 points to the quartile: steadier than the floor's own few.
+        per_probability = (q25 - floor) / (0.25 - FLOOR / 100)
         if not spread > 0:
             return out
 
@@ -204,10 +210,17 @@ class Observations:
         noise = max(max(d, 0.0) * math.sqrt(m) for d, m in null)
 
         def real(values: np.ndarray) -> float:
-            """``values``' shift, or 0 where a typical worker's luck could give it (its
-            wait's width and rounds counted)."""
+            """``values``' shift, or 0 where luck could give it: beyond the largest a
+            typical worker shows (for its wait's width and rounds), and beyond four
+            standard errors of its floor, which a pool of a few typical workers may not
+            show (a percentile's: sqrt(p(1 − p)/m) over the density there, the typical
+            workers' made as many times wider as its wait; four, for the order
+            statistic's long upper tail)."""
             d = shifted(values)
-            return d if d > wider(values) * noise / math.sqrt(values.size) else 0.0
+            p = FLOOR / 100
+            error = math.sqrt(p * (1 - p) / values.size) * wider(values) * per_probability
+            limit = max(wider(values) * noise / math.sqrt(values.size), 4 * error)
+            return d if d > limit else 0.0
 
         # Each worker's delays with its wait narrowed to the typical workers' spread: what
         # is left above the typical floor is a shift, which the floors below look for.
@@ -240,7 +253,14 @@ class Observations:
                 # out by the test itself: a slow stretch stands twice as high.
                 if typical_slow < 2 * (chance - base):
                     slowed[:] = False
-            if slowed.sum() >= MIN_FLOOR_ROUNDS:
+            rest = mine & ~slowed
+            # A worker slow in stretches is typical outside them; one whose other rounds
+            # wait as wide is slow throughout, and its stretches are the test's own pick.
+            if (
+                slowed.sum() >= MIN_FLOOR_ROUNDS
+                and rest.sum() >= MIN_FLOOR_ROUNDS
+                and wider(answered[rest, w]) <= TYPICAL_WIDTH
+            ):
                 readings.append((real(answered[slowed, w]), slowed))
             own, slowed = max(readings, key=lambda r: r[0] * r[1].sum(), default=(0.0, mine))
             shift = np.zeros(self.rounds)
