@@ -151,17 +151,20 @@ class Observations:
         above the typical workers' (theirs), less what a wider wait explains: a wait f
         times as wide (interquartile range) has its floor f times as far above where waits
         start (the typical workers' ``BASE``-th percentile). It counts only beyond what
-        chance gives a typical worker (the largest of theirs, for as many rounds and as
-        wide a wait). A worker's shift is read over all its rounds (slow in every round),
-        or over its slow stretches (slow machines that change identity: a floor over its
-        whole run is its fast rounds'), whichever explains more: rounds where, with its
+        chance gives: the largest shift of a typical worker (for as many rounds and as
+        wide a wait), and four standard errors of the floor percentile (a pool of a few
+        typical workers says little of chance by itself). A worker's shift is read over
+        all its rounds (slow in every round), or over its slow stretches (slow machines
+        that change identity: a floor over its whole run is its fast rounds'), whichever
+        explains more. Its slow stretches are the rounds where, with its
         wait narrowed to the typical spread, its floor around the round (the highest
         least value of any ``MIN_FLOOR_ROUNDS`` consecutive rounds holding it,
         :func:`_local_floors`) is above the typical workers' (their 99th percentile of
         those) and at least half-way up to its median such round, and the median at least
-        twice as far up as that percentile (less stands out only by the test's own pick).
-        In those rounds the shift grows (never more than the delay has above the typical
-        workers' start); elsewhere nothing.
+        twice as far up as that percentile (less stands out only by the test's own pick);
+        and they count only where its other rounds wait as the typical workers do (at most
+        ``TYPICAL_WIDTH`` times as wide). In the rounds read, the shift grows (never more
+        than the delay has above the typical workers' start); elsewhere nothing.
 
         Read only from a worker with at least ``MIN_FLOOR_ROUNDS`` answered rounds and at
         most a tenth of them censored (a cancelled worker's delays are bounds), whose
