@@ -157,6 +157,8 @@ def test_a_slower_wait_stays_at_any_load_and_only_the_slower_compute_grows() -> 
     load = obs.load_excess()
     assert np.all(load[:, ~slow] == 0.0)
     assert np.all((load[:, slow] > 0.0) & (load[:, slow] <= obs.excess[:, slow]))
+    # What grows is part of what the run showed, never more.
+    assert np.all(obs.load_slowness() <= obs.slowness() + 1e-9)
     replay = ResampledDelay(obs, fit_delays(obs).best, seed=0)
     workers = np.arange(8)
 

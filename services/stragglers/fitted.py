@@ -181,8 +181,8 @@ class Observations:
         typical = typical[~np.isnan(typical)]
         if typical.size < MIN_FLOOR_ROUNDS:
             return out
-        # The typical workers' wait: where it starts (``base``), its floor and its spread.
-        base, floor, q25, q75 = np.percentile(typical, [BASE, FLOOR, 25, 75])
+        # The typical workers' wait: where it starts (``base``), its floor, middle and spread.
+        base, floor, q25, middle, q75 = np.percentile(typical, [BASE, FLOOR, 25, 50, 75])
         spread = q75 - q25
         # Seconds per unit of probability near the floor (1 / the density there), read
         # over the floor's 20 points to the quartile: steadier than the floor's own few.
@@ -219,7 +219,9 @@ class Observations:
             show (a percentile's: sqrt(p(1 − p)/m) over the density there, the typical
             workers' made as many times wider as its wait; four, for the order
             statistic's long upper tail)."""
-            d = shifted(values)
+            # (Never more than its median is above the typical workers': a narrow wait
+            # lifted whole is not a machine slower than its typical round says.)
+            d = min(shifted(values), float(np.median(values)) - float(middle))
             p = FLOOR / 100
             error = math.sqrt(p * (1 - p) / values.size) * wider(values) * per_probability
             limit = max(wider(values) * noise / math.sqrt(values.size), 4 * error)
