@@ -153,7 +153,8 @@ class Observations:
         start (the typical workers' ``BASE``-th percentile). It counts only beyond what
         chance gives: the largest shift of a typical worker (for as many rounds and as
         wide a wait), and four standard errors of the floor percentile (a pool of a few
-        typical workers says little of chance by itself). A worker's shift is read over
+        typical workers says little of chance by itself); and never beyond how far the
+        delays' median is above the typical workers'. A worker's shift is read over
         all its rounds (slow in every round), or over its slow stretches (slow machines
         that change identity: a floor over its whole run is its fast rounds'), whichever
         explains more. Its slow stretches are the rounds where, with its
