@@ -298,11 +298,15 @@ class Observations:
         )
         return self._slowness(typical)
 
-    def _slowness(self, excess: np.ndarray) -> np.ndarray:
+    def worker_compute(self) -> np.ndarray:
+        """Each worker's median compute seconds (the pool's for one that never answered)."""
         compute = np.full(self.n_workers, self.median_compute())
         answered = ~np.isnan(self.compute).all(axis=0)
         compute[answered] = np.nanmedian(self.compute[:, answered], axis=0)
-        extra = excess / np.maximum(compute, 1e-12)
+        return compute
+
+    def _slowness(self, excess: np.ndarray) -> np.ndarray:
+        extra = excess / np.maximum(self.worker_compute(), 1e-12)
         out: np.ndarray = np.maximum(self.speed(), 1.0) * (1.0 + extra)
         return out
 
@@ -560,11 +564,8 @@ class ResampledDelay:
         self.obs = obs
         self.tail = tail
         self.grows = obs.load_excess()  # of each recorded delay: what grows with load
-        compute = np.full(obs.n_workers, obs.median_compute())
-        answered = ~np.isnan(obs.compute).all(axis=0)
-        compute[answered] = np.nanmedian(obs.compute[:, answered], axis=0)
         self._speed = np.maximum(obs.speed(), 1.0)
-        self._per_compute = self._speed / np.maximum(compute, 1e-12)
+        self._per_compute = self._speed / np.maximum(obs.worker_compute(), 1e-12)
         self.seed = int(seed)
         self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 

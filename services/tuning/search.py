@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import multiprocessing
 import os
@@ -516,6 +517,12 @@ class _Trial:
     hold: int
     step_shown: bool = False
 
+    @functools.cached_property
+    def replay(self) -> ResampledDelay:
+        """The recorded delays' replay, built once per process (what it reads from the
+        observations is the same for every candidate); each repeat reseeds it."""
+        return ResampledDelay(self.obs, self.tail, seed=0)
+
     def run(
         self,
         config: JobConfig,
@@ -544,7 +551,7 @@ class _Trial:
             # warm-up must not carry over from the one before.
             fresh = dataclasses.replace(prepared, policy=copy.deepcopy(bound))
             sim = make_simulator(config, on, prepared=fresh, per_worker=False)
-            sim.straggler = delays(rep) if delays else ResampledDelay(self.obs, self.tail, seed=rep)
+            sim.straggler = delays(rep) if delays else self.replay.reseeded(rep)
             sim.metric = False  # (the loss is all a prediction reads)
             reach = _Reach(self.target_loss, self.hold)
             try:
