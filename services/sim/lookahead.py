@@ -2,8 +2,8 @@
 
 Every ``window`` rounds :meth:`Lookahead.choose` refits the delays of the last rounds
 (:func:`~codedgd.services.stragglers.fitted.observe`, censored fits, resampled replay;
-censored values informed by each worker's own earlier delays and drawn beyond their
-bounds from the heavier fitted tail),
+censored values informed by each worker's own earlier delays, or their bounds raised by
+its earlier bounds, and drawn beyond them from the better-fitting family's tail),
 then runs candidates on the simulator (the vectorized engine; the events one for
 mini-batch rounds) **from the current θ**, on the job's own data and model, all with the
 same replayed delays (a paired comparison), ``replays`` times:
@@ -16,13 +16,16 @@ same replayed delays (a paired comparison), ``replays`` times:
    L, or has used T / (1 − margin) seconds (beyond that it cannot win), and for
    horizon / 2 rounds more once it has: τ seconds to get below L **and stay there** (an
    approximate rule at its noise floor dips below a loss and back; it does not count).
+   A lazy rule on groups of another size starts their messages afresh (its first round
+   asks every group): what that round takes beyond the rule's other rounds is paid once
+   (below), not counted in τ, and its budget starts after it.
 
 A candidate that reaches L in τ would make the current's progress ``T / τ`` times as
 fast, so over the job's remaining rounds (``rounds − t``; with a target loss, as many as
 its curve says it needs, progress shrinking geometrically; each taking T / horizon) it
 saves ``remaining · (1 − τ / T)`` seconds, **minus the cost of moving data** when its r
 differs from the current one (each worker is shipped the rows of the partitions its new
-group has and it lacks). The policy switches to the candidate that
+group has and it lacks) and of a restart round. The policy switches to the candidate that
 saves the most, if it is at least ``margin`` (20 %) faster than the current (so noise does
 not flap it) and saves more than the move costs. The cost of a move: on the coordinator,
 measured (seconds per row shipped at the job's start, then at each move); in the
@@ -64,7 +67,6 @@ from codedgd.services.sim.engine import Simulator, partition_bytes, rows_per_rou
 from codedgd.services.sim.vectorized import VectorizedSimulator, not_vectorizable
 from codedgd.services.stragglers.fitted import (
     MIN_LIVE_ROUNDS,
-    DelayFit,
     Observations,
     ResampledDelay,
     fit_delays,
@@ -115,6 +117,7 @@ class Lookahead:
         self._sample: tuple[Prepared, float] | None = None
         self._contexts: dict[bool, JobContext] = {}  # (whole data?) -> a lazy rule's binding
         self._history: list[np.ndarray] = [np.empty(0)] * config.workers
+        self._bounds: list[np.ndarray] = [np.empty(0)] * config.workers  # cancelled at
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
         # auto's prior (each worker's slowness on an earlier run) stands in for a worker
@@ -185,8 +188,9 @@ class Lookahead:
     def _remember(self, seen: Observations) -> None:
         """Keep each worker's latest delays (``memory`` of them, as
         :meth:`Observations.relative` values) for the decisions to come
-        (:meth:`Observations.informed`): every answered delay, and a cancelled worker's
-        bound when it exceeds what was known of it (it was at least that slow).
+        (:meth:`Observations.informed`): every answered delay, and apart from them, a
+        cancelled worker's bound when it exceeds what was known of it (it was at least
+        that slow; a bound, not a delay).
 
         A worker that answered in these rounds speaks for itself: what was remembered of
         it before is dropped. (Kept, the slow delays of a phase that had ended hid a
@@ -194,16 +198,19 @@ class Lookahead:
         back to smaller groups 15-25 rounds into the calm phase; now 5.)"""
         relative = seen.relative()
         for w in range(seen.n_workers):
-            past = list(self._history[w])
+            past, cuts = list(self._history[w]), list(self._bounds[w])
             if (~seen.censored[:, w] & ~np.isnan(seen.excess[:, w])).any():
                 self._heard[w] = self.decisions
-                past = []
+                past, cuts = [], []
             for value, cut in zip(relative[:, w], seen.censored[:, w], strict=True):
                 if np.isnan(value):
                     continue
-                if not cut or not past or value > float(np.median(past)):
+                if not cut:
                     past.append(float(value))
+                elif not (past or cuts) or value > float(np.median(past or cuts)):
+                    cuts.append(float(value))
             self._history[w] = np.asarray(past[-self.memory :], dtype=np.float64)
+            self._bounds[w] = np.asarray(cuts[-self.memory :], dtype=np.float64)
 
     def _remaining(self, t: int, start: float, curve: list[tuple[float, float]]) -> float:
         """Rounds the job has left at the current rule's pace: to job.rounds, or with a
@@ -266,6 +273,15 @@ class Lookahead:
         sizes = self._sizes
         nbytes = [sum(sizes[p] for p in parts) for parts in current.lacking(target)]
         return move_seconds(cost, nbytes)
+
+    def restarts(self, choice: Choice, memory: Mapping[str, Any] | None) -> bool:
+        """Whether ``choice``'s first round asks every group afresh: a lazy rule on groups
+        of another size than the lazy memory's (their messages start with none)."""
+        if not choice.lazy or memory is None:
+            return False
+        held = np.asarray(memory.get("has", ()), dtype=bool)
+        units = self.config.workers // choice.r
+        return held.shape != (units,) or memory.get("theta_hat") is None
 
     def _rule(
         self, choice: Choice, data: Prepared, whole: bool, memory: Mapping[str, Any] | None
@@ -342,10 +358,12 @@ class Lookahead:
         memory: Mapping[str, Any] | None = None,
     ) -> list[tuple[float, float]]:
         """(virtual seconds, loss) of ``choice`` from θ: ``rounds`` rounds, or until it has
-        used ``until`` seconds without reaching loss ``goal``, or reached it and gone on
+        used ``until`` seconds without reaching loss ``goal`` (beyond its first round
+        where that round :meth:`restarts` the lazy messages), or reached it and gone on
         for ``settle`` more rounds (to tell a loss that stays there from a noisy dip). On
         the sample of rows, or with ``whole``, on all of them. A lazy choice goes on from
         ``memory`` (see :meth:`_rule`)."""
+        fresh = self.restarts(choice, memory)
         data = self.prepared if whole else self._sampled()[0]
         name, options, candidate, plan = self._rule(choice, data, whole, memory)
         prepared = dataclasses.replace(
@@ -377,7 +395,7 @@ class Lookahead:
             if reached_at:
                 if len(curve) - reached_at[0] >= settle:
                     raise _Enough
-            elif record.wall_seconds >= until:
+            elif record.wall_seconds - (curve[0][0] if fresh else 0.0) >= until:
                 raise _Enough
 
         # Enough time used, or there; or diverged or stuck: its curve so far competes.
@@ -399,9 +417,16 @@ class Lookahead:
                 observe(records, self.config.workers, MIN_LIVE_ROUNDS), chance_sigmas=LIVE_SIGMAS
             )
             self._remember(seen)
-            obs = seen.informed(self._history)
-            fits = fit_delays(obs)
-            tail = _heavier(fits.fits)
+            obs = seen.informed(self._history, self._bounds)
+            # The family is fitted to what these rounds saw (not to the values informed
+            # from earlier ones, which are guesses, not delays), and a censored value is
+            # drawn from the better-fitting family's tail beyond its bound, as tune draws
+            # it. (Until 2026-11-29 from Pareto's, always: its shape, fitted from the
+            # smallest delay up, fell to 0.2-0.3 on exponential delays, a tail whose
+            # median draw is 30 times its bound. That was hidden while earlier bounds
+            # stood in for values, see Observations.informed.)
+            fits = fit_delays(seen)
+            tail = fits.best
         except CodedGDError as exc:
             return current, f"no refit: {exc}"
         delays = ResampledDelay(obs, tail, seed=0)  # reseeded for each replay
@@ -431,6 +456,9 @@ class Lookahead:
         goals: list[float] = []
         first: list[tuple[float, float]] = []  # the current rule's curve, first replay
         taken: dict[Choice, list[float]] = {c: [] for c in others}
+        # What a restart round (every group asked afresh) costs beyond the candidate's
+        # other rounds: paid once, not at every round of the horizon (see restarts).
+        once: dict[Choice, list[float]] = {c: [] for c in others}
         for replay in range(self.replays):  # the same replayed delays for every choice
             seed = t * self.replays + replay
             curve = self._curve(
@@ -455,7 +483,9 @@ class Lookahead:
                     whole=near,
                     memory=memory,
                 )
-                taken[c].append(_reached(trial, goal))
+                extra = _restart_cost(trial) if self.restarts(c, memory) else 0.0
+                taken[c].append(_reached(trial, goal) - extra)
+                once[c].append(extra)
         self.decisions += 1
         span = float(np.mean(spans))
         pace_start, pace = start_loss, first  # what the rounds left are read from
@@ -472,13 +502,17 @@ class Lookahead:
             )
         remaining = self._remaining(t, pace_start, pace) * span / horizon
         tau = {c: float(np.mean(v)) for c, v in taken.items()}
-        moves = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}
+        ships = {c: self.move_cost(c.r) if c.r != current.r else 0.0 for c in others}
+        restart = {c: float(np.mean(once[c])) for c in others}
+        moves = {c: ships[c] + restart[c] for c in others}
         saved = {
             c: remaining * (1.0 - tau[c] / span) - moves[c] if span > 0 else -math.inf
             for c in others
         }
         shown = ", ".join(
-            f"{c}: {tau[c]:.3g} s" + (f" + move {moves[c]:.3g} s" if moves[c] else "")
+            f"{c}: {tau[c]:.3g} s"
+            + (f" + move {ships[c]:.3g} s" if ships[c] else "")
+            + (f" + restart {restart[c]:.3g} s" if restart[c] else "")
             for c in sorted(others)
             if math.isfinite(tau[c])
         )
@@ -520,24 +554,21 @@ def _progress(curve: list[tuple[float, float]], start: float) -> tuple[float, fl
     return lowest
 
 
+def _restart_cost(curve: list[tuple[float, float]]) -> float:
+    """Seconds a curve's first round took beyond the median of its other rounds (0 with
+    fewer than two rounds): what a restart round (every group asked) costs once."""
+    if len(curve) < 2:
+        return 0.0
+    walls = np.array([wall for wall, _ in curve])
+    return max(float(walls[0] - np.median(np.diff(walls))), 0.0)
+
+
 def _reached(curve: list[tuple[float, float]], goal: float) -> float:
     """Seconds a curve took to reach ``goal`` and stay there to its end (inf if it did
     not): an approximate rule at its noise floor dips below a loss and back above it."""
     above = [i for i, (_, loss) in enumerate(curve) if not loss <= goal]
     first = above[-1] + 1 if above else 0
     return curve[first][0] if first < len(curve) else math.inf
-
-
-def _heavier(fits: Sequence[DelayFit]) -> DelayFit:
-    """The fitted family with the heavier tail (Pareto's, when it could be fitted).
-
-    The tail is what a censored delay is drawn from, and it decides the candidates that
-    wait for the workers the current rounds stopped without: a light tail made waiting
-    for all of them look cheap (on Pareto delays at n = 64, auto moved to uncoded and
-    waited seconds a round). The goodness of fit cannot tell the tails apart from the
-    few values seen there, so the look-ahead takes the cautious one."""
-    pareto = [f for f in fits if f.family == "pareto" and not f.why_not]
-    return pareto[0] if pareto else fits[0]
 
 
 # How far (relative to the job's gradient) the sample's may be before a decision

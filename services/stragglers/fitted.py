@@ -331,31 +331,45 @@ class Observations:
         out: np.ndarray = np.maximum(self.excess - typical[:, None], 0.0) / compute[:, None]
         return out
 
-    def informed(self, history: Sequence[np.ndarray]) -> Observations:
-        """These observations with each censored value replaced by what the worker's own
-        earlier delays say: ``history[w]`` holds its :meth:`relative` values seen before
-        (answered delays, and bounds it was known to exceed); taken back to this round's
-        typical excess and compute, the median of those above the bound replaces it. With
-        none above, it stays censored.
+    def informed(
+        self, history: Sequence[np.ndarray], bounds: Sequence[np.ndarray] = ()
+    ) -> Observations:
+        """These observations with each censored value informed by the worker's own
+        earlier delays: ``history[w]`` holds its :meth:`relative` values answered before,
+        ``bounds[w]`` (optional) the relative bounds it was cancelled at since. Taken back
+        to this round's typical excess and compute, the median of the answered values
+        above the bound replaces it (no longer censored). With none above, the median of
+        the earlier bounds above it raises the bound, and the value stays censored (it is
+        drawn beyond that); with neither, it stays as observed.
 
         A worker that a round stops without (a slow one, under a policy that does without
         it) is censored at the round's short decode time in every round it is stopped: the
         pooled tail beyond that bound knows nothing of how slow it was when last waited
         for. Its own last delays above the bound are the best guess of the value hidden
-        there (a bound among them makes it an underestimate), scaled to the load the
-        round gave it; a worker that has become fast answers again and refreshes them.
+        there, scaled to the load the round gave it; a worker that has become fast
+        answers again and refreshes them. An earlier bound is only a bound: taken for the
+        value (as it was until 2026-11-29), a worker that was never waited for looked
+        as fast as the first of its group, and smaller groups and single workers looked
+        faster than they are (on Pareto delays at n = 16 auto moved from groups of 4 to
+        single workers, which took five times as long).
         """
         excess, censored = self.excess.copy(), self.censored.copy()
         typical, compute = self.rows()
         for i, w in zip(*np.nonzero(censored), strict=True):
-            past = history[w] if w < len(history) else np.empty(0)
-            if not past.size or not np.isfinite(compute[i]):
+            if not np.isfinite(compute[i]):
                 continue
+            past = history[w] if w < len(history) else np.empty(0)
             values = typical[i] + past * compute[i]
             above = values[values > excess[i, w]]
             if above.size:
                 excess[i, w] = float(np.median(above))
                 censored[i, w] = False
+                continue
+            cut = bounds[w] if w < len(bounds) else np.empty(0)
+            lifted = typical[i] + cut * compute[i]
+            lifted = lifted[lifted > excess[i, w]]
+            if lifted.size:
+                excess[i, w] = float(np.median(lifted))
         return replace(self, excess=excess, censored=censored)
 
 

@@ -19,7 +19,8 @@ from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.engines import make_simulator
-from codedgd.services.sim.lookahead import Lookahead, _subsample
+from codedgd.services.sim.lookahead import Lookahead, _restart_cost, _subsample
+from codedgd.services.stragglers import create_straggler_model
 
 
 class Scripted:
@@ -597,6 +598,12 @@ def test_the_look_ahead_runs_lazy_rules_from_the_jobs_own_messages() -> None:
     _, _, other, _ = look._rule(Choice(4, 8, 10.0), prepared, True, memory)
     spec = other.begin_round(20, np.zeros(prepared.dim))
     assert spec.workers == tuple(range(8))
+    # ... and that first round is charged once, as a move is, not at every round of the
+    # horizon: what it took beyond the rule's other rounds (their median).
+    assert look.restarts(Choice(4, 8, 10.0), memory)
+    assert not look.restarts(Choice(2, 8, 1.0), memory) and not look.restarts(Choice(4, 8), memory)
+    curve = [(0.30, 1.0), (0.35, 0.9), (0.36, 0.8), (0.40, 0.7)]  # rounds of 0.01-0.05 s
+    assert _restart_cost(curve) == pytest.approx(0.30 - 0.04)
 
 
 def test_on_the_simulator_it_switches_to_lazy_rounds_when_they_pay() -> None:
@@ -718,3 +725,40 @@ def test_auto_at_a_policys_group_size_holds_exactly_that_policys_data(n: int) ->
     assert mapped == {"uncoded", "ignore-stragglers", "frc", "erasurehead", "lag-ps", "g-lag"}
     assert group_size("frc", {"s": 3, "byzantine": 1}) is None  # a vote: not auto's rule
     assert group_size("g-lag", {}) == 2 and group_size("erasurehead", {}) == 2  # defaults
+
+
+def _pareto_at_groups_of_4(seed: int) -> list[str]:
+    """The switches of auto started at groups of 4 over 40 rounds at n = 16, every
+    worker's delay Pareto (scale 0.02 s, shape 1.5: a heavy tail, nobody persistently
+    slow), a worker computing 0.05 s on its 1/n of the rows."""
+    config = JobConfig(
+        workers=16,
+        rounds=40,
+        seed=3,
+        data=Component("synthetic", {"rows": 3200, "dim": 50}),
+        policy=Component("auto", {"r": 4}),
+        stragglers=Component("pareto", {"scale": 0.02, "shape": 1.5}),
+        round_timeout=1e9,
+    )
+    cost = CostModel(
+        seconds_per_sample=0.05 / 200, seconds_per_partition=0.0, latency_seconds=0.001,
+        decode_seconds=1e-4,
+    )  # fmt: skip
+    sim = make_simulator(config, cost, per_worker=True)
+    sim.straggler = create_straggler_model(
+        "pareto", {"scale": 0.02, "shape": 1.5}, seed=seed, n_workers=16
+    )
+    return [r.note.split(" (")[0] for r in sim.run().records if r.note]
+
+
+@pytest.mark.parametrize("seed", [1000, 1002])
+def test_a_worker_only_ever_cancelled_is_not_taken_for_as_fast_as_its_bound(seed: int) -> None:
+    # At groups of 4 a round uses each group's first arrival and cancels the other three:
+    # most workers are censored at the first one's time in most rounds. Those bounds say
+    # a worker was at least that slow, not how slow: taken for its delays (until
+    # 2026-11-29), every censored worker of a later decision looked as fast as the first
+    # of its group, and single workers, who wait for each of their own heavy tails, looked
+    # faster than groups (these seeds moved to r = 1 at rounds 10 and 30; on the true
+    # delays it took five times as long as pairs).
+    notes = _pareto_at_groups_of_4(seed)
+    assert not any(" -> r=1 " in note for note in notes), notes

@@ -33,3 +33,21 @@ def test_a_censored_delay_takes_the_workers_own_past_scaled_to_the_load() -> Non
     assert low.censored[:, 2].all() and np.all(low.excess[:, 2] == 0.05)
     # No past at all: censored, as observed.
     assert _obs(0.1).informed([np.empty(0)] * 3).censored[:, 2].all()
+
+
+def test_an_earlier_bound_raises_a_censored_value_but_leaves_it_censored() -> None:
+    # Worker 2 was cancelled before at 1 s beyond the typical per second of compute: it
+    # was at least that slow, and no more is known. Its bound here (0.05 s) is raised to
+    # what that says at this round's compute (0.02 + 1.0 * 0.1), and it stays a bound:
+    # the replay draws beyond it.
+    bounds = [np.empty(0), np.empty(0), np.array([1.0])]
+    raised = _obs(0.1).informed([np.empty(0)] * 3, bounds)
+    np.testing.assert_allclose(raised.excess[:, 2], 0.12)
+    assert raised.censored[:, 2].all()
+    # An earlier bound below this one says nothing new.
+    low = _obs(0.1).informed([np.empty(0)] * 3, [np.empty(0), np.empty(0), np.array([0.1])])
+    assert low.censored[:, 2].all() and np.all(low.excess[:, 2] == 0.05)
+    # A delay it answered with is a value: taken over any bound.
+    answered = _obs(0.1).informed([np.empty(0), np.empty(0), np.array([5.0])], bounds)
+    np.testing.assert_allclose(answered.excess[:, 2], 0.52)
+    assert not answered.censored.any()
