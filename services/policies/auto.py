@@ -50,6 +50,7 @@ Without a chooser (a policy object used alone) it stays at its start rule.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -69,6 +70,8 @@ from codedgd.services.policies.lag_coded import GroupLag
 from codedgd.services.policies.registry import create, register
 from codedgd.services.records import RoundRecord
 from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS
+
+log = logging.getLogger(__name__)
 
 # The lazy rounds' ride (g-lag's: a round that asks some group also asks the groups past
 # half of their trigger). With LAG's own rule (1) the groups drift into refreshing a round
@@ -482,6 +485,9 @@ class Auto(ErasureHead):
         :meth:`replan`, when it changes r)."""
         match outcome:  # what decide() returned
             case (int() as t, Choice() as choice, str() as why):
+                # Every decision, kept or not, with its reason (-vv): a switch is also
+                # in the round's note; a choice kept is said only here.
+                log.debug("the look-ahead from round %d chose %s: %s", t, choice, why)
                 self._pending = (t, choice, why)
             case _:
                 raise TypeError(f"auto: settle() takes what its deliberation returned: {outcome!r}")

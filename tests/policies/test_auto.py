@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,25 @@ def test_on_the_simulator_the_look_ahead_switches_and_every_switch_is_recorded(
     after = records[2 : notes[1][0] if len(notes) > 1 else 40]
     assert all(r.uploads == 6 and r.wait_seconds < 1.0 for r in after)
     assert all(r.wait_seconds > 2.0 for r in records[:2])
+
+
+def test_every_decision_kept_or_not_is_logged_with_its_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A switch is in its round's note; a decision that keeps the rule is only logged
+    # (DEBUG: `-vv`), so a user can see why auto did not move.
+    caplog.set_level(logging.DEBUG, logger="codedgd.services.policies.auto")
+    config = _pareto_job(rounds=30)
+    records = simulate(config, _pareto_cost()).records
+    said = [m for m in caplog.messages if m.startswith("the look-ahead from round ")]
+    # Decisions at round 2 (first), then 10 (lazy warm-up's end) and 20.
+    assert [int(m.split()[4]) for m in said] == [2, 10, 20], said
+    switched = {r.round for r in records if r.note}
+    for m in said:
+        t = int(m.split()[4])
+        reason = m.split(": ", 1)[1]
+        assert reason.startswith("saves ") or reason.startswith("kept; "), m
+        assert reason.startswith("kept; ") or any(s > t for s in switched), m
 
 
 def test_choices_without_n_force_the_first_decision() -> None:
@@ -727,24 +747,32 @@ def test_auto_at_a_policys_group_size_holds_exactly_that_policys_data(n: int) ->
     assert group_size("g-lag", {}) == 2 and group_size("erasurehead", {}) == 2  # defaults
 
 
-def _pareto_at_groups_of_4(seed: int) -> list[str]:
-    """The switches of auto started at groups of 4 over 40 rounds at n = 16, every
-    worker's delay Pareto (scale 0.02 s, shape 1.5: a heavy tail, nobody persistently
-    slow), a worker computing 0.05 s on its 1/n of the rows."""
-    config = JobConfig(
+def _pareto_job(rounds: int) -> JobConfig:
+    """n = 16 workers started at groups of 4, every worker's delay Pareto (scale 0.02 s,
+    shape 1.5: a heavy tail, nobody persistently slow)."""
+    return JobConfig(
         workers=16,
-        rounds=40,
+        rounds=rounds,
         seed=3,
         data=Component("synthetic", {"rows": 3200, "dim": 50}),
         policy=Component("auto", {"r": 4}),
         stragglers=Component("pareto", {"scale": 0.02, "shape": 1.5}),
         round_timeout=1e9,
     )
-    cost = CostModel(
+
+
+def _pareto_cost() -> CostModel:
+    """A worker computes 0.05 s on its 1/n of the rows; links of 1 ms."""
+    return CostModel(
         seconds_per_sample=0.05 / 200, seconds_per_partition=0.0, latency_seconds=0.001,
         decode_seconds=1e-4,
     )  # fmt: skip
-    sim = make_simulator(config, cost, per_worker=True)
+
+
+def _pareto_at_groups_of_4(seed: int) -> list[str]:
+    """The switches of auto on :func:`_pareto_job` over 40 rounds, the delays drawn with
+    ``seed``."""
+    sim = make_simulator(_pareto_job(rounds=40), _pareto_cost(), per_worker=True)
     sim.straggler = create_straggler_model(
         "pareto", {"scale": 0.02, "shape": 1.5}, seed=seed, n_workers=16
     )
