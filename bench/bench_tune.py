@@ -17,6 +17,7 @@ predicted times are from their true ones (predicted / true, the lowest and the h
 
     python -m bench.bench_tune                          # n = 16 and 64, all six scenarios
     python -m bench.bench_tune --workers 16 --scenario alternating
+    python -m bench.bench_tune --workers 64 --scenario pareto --source-delays 7
 """
 
 from __future__ import annotations
@@ -78,7 +79,17 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         round_timeout=1e9,
     )
     cost = cost_for(n)
-    recorded = simulate(source, cost).records
+    if args.source_delays is None:
+        recorded = simulate(source, cost).records
+    else:  # the same job and cluster, other luck in the source run's delays
+        options = dict(stragglers.options)
+        if stragglers.name == "speed-classes":
+            options["pool"] = source.seed
+        sim = make_simulator(source, cost, per_worker=True)
+        sim.straggler = create_straggler_model(
+            stragglers.name, options, seed=args.source_delays, n_workers=n
+        )
+        recorded = sim.run().records
     target = recorded[-1].loss
     started = time.perf_counter()
     obs = observe(recorded, n)
@@ -174,6 +185,13 @@ def main() -> None:
     p.add_argument("--workers", type=int, action="append", help="n (repeatable; 16 and 64)")
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     p.add_argument("--source-rounds", type=int, default=100)
+    p.add_argument(
+        "--source-delays",
+        type=int,
+        metavar="SEED",
+        help="draw the source run's delays with this seed (default: the job's own, 3); the "
+        "job, its target, the slow machines and the truth's seeds stay",
+    )
     p.add_argument("--rounds", type=int, default=250, help="most rounds a candidate may take")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
