@@ -355,20 +355,22 @@ class Observations:
         """
         excess, censored = self.excess.copy(), self.censored.copy()
         typical, compute = self.rows()
+
+        def above(i: int, w: int, known: Sequence[np.ndarray]) -> np.ndarray:
+            """Worker w's ``known`` relative values, taken to round i, above its bound."""
+            past = known[w] if w < len(known) else np.empty(0)
+            values: np.ndarray = typical[i] + past * compute[i]
+            out: np.ndarray = values[values > excess[i, w]]
+            return out
+
         for i, w in zip(*np.nonzero(censored), strict=True):
             if not np.isfinite(compute[i]):
                 continue
-            past = history[w] if w < len(history) else np.empty(0)
-            values = typical[i] + past * compute[i]
-            above = values[values > excess[i, w]]
-            if above.size:
-                excess[i, w] = float(np.median(above))
+            answered = above(i, w, history)
+            if answered.size:
+                excess[i, w] = float(np.median(answered))
                 censored[i, w] = False
-                continue
-            cut = bounds[w] if w < len(bounds) else np.empty(0)
-            lifted = typical[i] + cut * compute[i]
-            lifted = lifted[lifted > excess[i, w]]
-            if lifted.size:
+            elif (lifted := above(i, w, bounds)).size:
                 excess[i, w] = float(np.median(lifted))
         return replace(self, excess=excess, censored=censored)
 
