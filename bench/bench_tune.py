@@ -79,16 +79,20 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         round_timeout=1e9,
     )
     cost = cost_for(n)
-    if args.source_delays is None:
-        recorded = simulate(source, cost).records
-    else:  # the same job and cluster, other luck in the source run's delays
+
+    def cluster(seed: int) -> Any:
+        """The scenario's delays drawn with ``seed``: fresh luck, the same cluster (a
+        speed-classes pool keeps the source's slow machines)."""
         options = dict(stragglers.options)
         if stragglers.name == "speed-classes":
             options["pool"] = source.seed
+        return create_straggler_model(stragglers.name, options, seed=seed, n_workers=n)
+
+    if args.source_delays is None:
+        recorded = simulate(source, cost).records
+    else:  # the same job and cluster, other luck in the source run's delays
         sim = make_simulator(source, cost, per_worker=True)
-        sim.straggler = create_straggler_model(
-            stragglers.name, options, seed=args.source_delays, n_workers=n
-        )
+        sim.straggler = cluster(args.source_delays)
         recorded = sim.run().records
     target = recorded[-1].loss
     started = time.perf_counter()
@@ -106,11 +110,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     tune_seconds = time.perf_counter() - started
 
     def truth(rep: int) -> Any:
-        # Fresh luck, the same cluster: a speed-classes pool keeps the source's slow machines.
-        options = dict(stragglers.options)
-        if stragglers.name == "speed-classes":
-            options["pool"] = source.seed
-        return create_straggler_model(stragglers.name, options, seed=1000 + rep, n_workers=n)
+        return cluster(1000 + rep)
 
     exhaustive = search(
         source,
@@ -158,6 +158,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "scenario": scenario,
         "n": n,
+        "source_delays": args.source_delays,  # None: the job's own seed
         "fit": fit.best.describe(),
         "pick": pick,
         "pick_predicted": picked[0].predicted,

@@ -275,13 +275,14 @@ class Lookahead:
         return move_seconds(cost, nbytes)
 
     def restarts(self, choice: Choice, memory: Mapping[str, Any] | None) -> bool:
-        """Whether ``choice``'s first round asks every group afresh: a lazy rule on groups
-        of another size than the lazy memory's (their messages start with none)."""
-        if not choice.lazy or memory is None:
+        """Whether ``choice``'s first round asks every group afresh where it otherwise
+        would not: a lazy rule on groups of another size than the lazy memory's (their
+        messages start with none), past LAG's warm-up (in which every group is asked
+        anyway)."""
+        if not choice.lazy or memory is None or _goes_on(memory, self.config.workers // choice.r):
             return False
-        held = np.asarray(memory.get("has", ()), dtype=bool)
-        units = self.config.workers // choice.r
-        return held.shape != (units,) or memory.get("theta_hat") is None
+        depth = int(getattr(self.prepared.policy, "D", DEFAULT_D))
+        return int(memory.get("rounds", 0)) + 1 > depth
 
     def _rule(
         self, choice: Choice, data: Prepared, whole: bool, memory: Mapping[str, Any] | None
@@ -309,7 +310,7 @@ class Lookahead:
         lazy.bind(self._context_of(data, whole))
         units = n // choice.r
         held = np.asarray(memory["has"], dtype=bool)
-        if held.shape == (units,) and memory.get("theta_hat") is not None:
+        if _goes_on(memory, units):
             theta_hat = np.asarray(memory["theta_hat"], dtype=np.float64)
             latest = np.zeros_like(theta_hat)
             ds, model = data.dataset, data.model
@@ -483,8 +484,11 @@ class Lookahead:
                     whole=near,
                     memory=memory,
                 )
-                extra = _restart_cost(trial) if self.restarts(c, memory) else 0.0
-                taken[c].append(_reached(trial, goal) - extra)
+                reached = _reached(trial, goal)
+                # (Reached in the restart round itself: that round's time is its time.)
+                fresh = self.restarts(c, memory) and reached > trial[0][0]
+                extra = _restart_cost(trial) if fresh else 0.0
+                taken[c].append(reached - extra)
                 once[c].append(extra)
         self.decisions += 1
         span = float(np.mean(spans))
@@ -554,13 +558,23 @@ def _progress(curve: list[tuple[float, float]], start: float) -> tuple[float, fl
     return lowest
 
 
+def _goes_on(memory: Mapping[str, Any], units: int) -> bool:
+    """Whether lazy rounds on ``units`` groups go on from ``memory``'s messages (its
+    groups are of that size), rather than start with none."""
+    held = np.asarray(memory.get("has", ()), dtype=bool)
+    return held.shape == (units,) and memory.get("theta_hat") is not None
+
+
 def _restart_cost(curve: list[tuple[float, float]]) -> float:
-    """Seconds a curve's first round took beyond the median of its other rounds (0 with
-    fewer than two rounds): what a restart round (every group asked) costs once."""
+    """Seconds a curve's first round took beyond the mean of its other rounds (0 with
+    fewer than two rounds, or times not finite): what a restart round (every group
+    asked) costs once. The mean, not the median: most lazy rounds ask no group and take
+    next to nothing, and against their median the whole first round would count."""
     if len(curve) < 2:
         return 0.0
-    walls = np.array([wall for wall, _ in curve])
-    return max(float(walls[0] - np.median(np.diff(walls))), 0.0)
+    first, last = curve[0][0], curve[-1][0]
+    extra = first - (last - first) / (len(curve) - 1)
+    return max(extra, 0.0) if math.isfinite(extra) else 0.0
 
 
 def _reached(curve: list[tuple[float, float]], goal: float) -> float:
