@@ -422,10 +422,10 @@ class Lookahead:
             # The family is fitted to what these rounds saw (not to the values informed
             # from earlier ones, which are guesses, not delays), and a censored value is
             # drawn from the better-fitting family's tail beyond its bound, as tune draws
-            # it. (Until 2026-11-29 from Pareto's, always: its shape, fitted from the
-            # smallest delay up, fell to 0.2-0.3 on exponential delays, a tail whose
-            # median draw is 30 times its bound. That was hidden while earlier bounds
-            # stood in for values, see Observations.informed.)
+            # it. (Until 2026-11-29 from Pareto's, always: fitted from the smallest delay
+            # up, its shape can fall far below 1 on exponential delays; at 0.2 a draw's
+            # median is 32 times its bound. That was hidden while earlier bounds stood in
+            # for values, see Observations.informed.)
             fits = fit_delays(seen)
             tail = fits.best
         except CodedGDError as exc:
@@ -485,8 +485,9 @@ class Lookahead:
                     memory=memory,
                 )
                 reached = _reached(trial, goal)
-                # (Reached in the restart round itself: that round's time is its time.)
-                fresh = self.restarts(c, memory) and reached > trial[0][0]
+                # (Reached in the restart round itself: that round's time is its time. A
+                # trial that failed in its first round has no rounds.)
+                fresh = bool(trial) and self.restarts(c, memory) and reached > trial[0][0]
                 extra = _restart_cost(trial) if fresh else 0.0
                 taken[c].append(reached - extra)
                 once[c].append(extra)
