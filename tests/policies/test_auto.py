@@ -641,6 +641,35 @@ def test_the_look_ahead_runs_lazy_rules_from_the_jobs_own_messages() -> None:
     assert not look.restarts(Choice(4, 8, 10.0), {**memory, "rounds": 3})
 
 
+def test_a_candidate_whose_simulation_fails_at_once_is_not_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A candidate's simulated run may fail before its first round (diverged, stuck): it
+    # has no curve, and is judged not to reach the goal. (A lazy one on another group
+    # size, whose first round restarts, indexed that missing round.)
+    config = _lazy_job(first=10, start="exact")
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    prepared = prepare(config.replace(rounds=20), None)
+    auto = prepared.policy
+    assert isinstance(auto, Auto)
+    auto.attach(Scripted({10: (2, 8, 10.0)}))
+    sim = make_simulator(config.replace(rounds=20), cost, prepared=prepared, per_worker=True)
+    run = sim.run()
+    memory = auto.state()["lazy"]
+    look = Lookahead(config, prepared, cost)
+    fails = Choice(4, 8, 10.0)
+    assert look.restarts(fails, memory)
+    simulated = look._curve
+
+    def curve(seed: int, theta: np.ndarray, choice: Choice, *args: Any, **kw: Any) -> Any:
+        return [] if choice == fails else simulated(seed, theta, choice, *args, **kw)
+
+    monkeypatch.setattr(look, "_curve", curve)
+    current = Choice(2, 8, 10.0)
+    choice, why = look.choose(20, run.theta, run.records, current, [current, fails], memory)
+    assert choice == current and why.startswith("kept; "), why
+
+
 def test_on_the_simulator_it_switches_to_lazy_rounds_when_they_pay() -> None:
     # Exponential delays on every worker: lazy rounds wait for the few groups whose
     # trigger fired and step with the others' last messages.
