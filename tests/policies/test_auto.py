@@ -609,16 +609,23 @@ def test_bad_lazy_weights_are_refused() -> None:
         create("auto", {"start": "fast"})
 
 
-def test_the_look_ahead_runs_lazy_rules_from_the_jobs_own_messages() -> None:
+def _lazy_from_round_10() -> tuple[Lookahead, Any, dict[str, Any], Any]:
+    """Twenty rounds of _lazy_job, exact then lazy (xi = 10, pairs) from round 10: the
+    job's look-ahead, its data, the lazy rounds' memory and the run."""
     config = _lazy_job(first=10, start="exact")
     cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
     prepared = prepare(config.replace(rounds=20), None)
     auto = prepared.policy
     assert isinstance(auto, Auto)
     auto.attach(Scripted({10: (2, 8, 10.0)}))
-    make_simulator(config.replace(rounds=20), cost, prepared=prepared).run()
-    memory = auto.state()["lazy"]
-    look = Lookahead(config, prepared, cost)
+    run = make_simulator(config.replace(rounds=20), cost, prepared=prepared).run()
+    return Lookahead(config, prepared, cost), prepared, auto.state()["lazy"], run
+
+
+def test_the_look_ahead_runs_lazy_rules_from_the_jobs_own_messages() -> None:
+    look, prepared, memory, _ = _lazy_from_round_10()
+    auto = prepared.policy
+    assert isinstance(auto, Auto)
     # On all rows, each group's message recomputed at its θ̂ is the one the job holds.
     _, options, rule, _ = look._rule(Choice(2, 8, 1.0), prepared, True, memory)
     assert options == {"s": 1, "xi": 1.0, "D": 10, "ride": auto.ride}
@@ -647,16 +654,7 @@ def test_a_candidate_whose_simulation_fails_at_once_is_not_taken(
     # A candidate's simulated run may fail before its first round (diverged, stuck): it
     # has no curve, and is judged not to reach the goal. (A lazy one on another group
     # size, whose first round restarts, indexed that missing round.)
-    config = _lazy_job(first=10, start="exact")
-    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
-    prepared = prepare(config.replace(rounds=20), None)
-    auto = prepared.policy
-    assert isinstance(auto, Auto)
-    auto.attach(Scripted({10: (2, 8, 10.0)}))
-    sim = make_simulator(config.replace(rounds=20), cost, prepared=prepared, per_worker=True)
-    run = sim.run()
-    memory = auto.state()["lazy"]
-    look = Lookahead(config, prepared, cost)
+    look, _, memory, run = _lazy_from_round_10()
     fails = Choice(4, 8, 10.0)
     assert look.restarts(fails, memory)
     simulated = look._curve
