@@ -101,7 +101,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     picked = search(
         source,
         obs,
-        fit.best,
+        fit.tail,
         target_loss=target,
         rounds=args.rounds,
         repeats=args.repeats,
@@ -115,7 +115,7 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     exhaustive = search(
         source,
         obs,
-        fit.best,
+        fit.tail,
         target_loss=target,
         rounds=args.rounds,
         repeats=args.repeats,

@@ -52,7 +52,7 @@ def one(n: int, scenario: str, lrs: list[str], jobs: int) -> dict[str, object]:
     def tune(steps: list[str]) -> tuple[list[Outcome], float]:
         started = time.perf_counter()
         ranked = search(
-            source, obs, fit.best, target_loss=target, rounds=ROUNDS, repeats=3, jobs=jobs,
+            source, obs, fit.tail, target_loss=target, rounds=ROUNDS, repeats=3, jobs=jobs,
             steps=steps,
         )  # fmt: skip
         return ranked, time.perf_counter() - started
@@ -69,7 +69,7 @@ def one(n: int, scenario: str, lrs: list[str], jobs: int) -> dict[str, object]:
         at_step = source.replace(optimizer={**source.optimizer, "lr": origin.lr})
         tuned_auto = _median_time(at_step, policy, target)
     exhaustive = search(
-        source, obs, fit.best, target_loss=target, rounds=ROUNDS, repeats=3, steps=lrs,
+        source, obs, fit.tail, target_loss=target, rounds=ROUNDS, repeats=3, steps=lrs,
         delays=lambda rep: _truth(source.stragglers, n, pool=source.seed)[rep],
         cost=cost_for(n), hold=1,
     )  # fmt: skip

@@ -24,7 +24,9 @@ from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.engine import rows_per_round
 from codedgd.services.stragglers import StragglerModel, create_straggler_model
 from codedgd.services.tuning import (
+    MIN_TAIL_SHAPE,
     TOPOLOGIES,
+    DelayFit,
     Link,
     Observations,
     Outcome,
@@ -75,6 +77,50 @@ def test_heavy_tailed_delays_are_fitted_as_pareto() -> None:
     assert best.family == "pareto"
     assert best.params["shape"] == pytest.approx(1.8, rel=0.1)
     assert best.params["scale"] == pytest.approx(0.05, rel=0.02)
+
+
+def _first_of_groups_of_4(seed: int, rounds: int = 10, n: int = 16) -> Observations:
+    """Exponential delays (mean 0.02 s) as ten rounds of groups of 4 record them: each
+    group's first arrival answers, the other three are cancelled at the round's end."""
+    rng = np.random.default_rng(seed)
+    excess = rng.exponential(0.02, (rounds, n))
+    first = excess.reshape(rounds, n // 4, 4).min(axis=2)
+    censored = excess > first.repeat(4, axis=1)
+    excess = np.where(censored, first.max(axis=1, keepdims=True), excess)
+    return Observations(excess, censored, np.where(censored, np.nan, 0.01))
+
+
+def test_censored_values_are_not_drawn_from_a_pareto_with_an_infinite_mean() -> None:
+    fits = [fit_delays(_first_of_groups_of_4(seed)) for seed in range(8)]
+    # Three values in four censored: the two families fit the first arrivals alike, and a
+    # Pareto from the smallest value up is often the better by KS, at a shape far below 1.
+    heavy = [f for f in fits if f.best.family == "pareto"]
+    assert heavy and all(f.best.params["shape"] <= MIN_TAIL_SHAPE for f in heavy)
+    for fit in fits:
+        tail = fit.tail
+        assert tail.family == "shifted-exponential" and not tail.why_not
+        bound = np.full(20_000, 0.03)
+        drawn = tail.tail_beyond(bound, np.random.default_rng(0))
+        # Beyond a bound by about the delays' own spread, where the Pareto's median draw
+        # is 2^(1/shape) times the bound: thousands of times at these shapes.
+        assert np.all(drawn >= bound) and np.median(drawn) < 2 * 0.03
+        pareto = next(f for f in fit.fits if f.family == "pareto")
+        assert np.median(pareto.tail_beyond(bound, np.random.default_rng(0))) > 100 * 0.03
+
+
+def test_a_pareto_of_finite_mean_is_drawn_from_when_it_fits_best() -> None:
+    obs = _censored_sample(lambda rng, shape: 0.05 * (1 + rng.pareto(1.8, shape)))
+    fit = fit_delays(obs)
+    assert fit.best.family == "pareto" and fit.tail is fit.best
+    # With the other family not fitted, the best is all there is, whatever its shape.
+    lone = dataclasses.replace(
+        fit,
+        fits=(
+            DelayFit("pareto", {"scale": 0.01, "shape": 0.3}, 0.05),
+            DelayFit("shifted-exponential", {}, math.nan, "no spread above the minimum"),
+        ),
+    )
+    assert lone.tail is lone.best
 
 
 def test_a_replay_keeps_rounds_whole_and_completes_censored_values_above_their_bound() -> None:
@@ -329,6 +375,33 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         timeout=600,
         env=env,
+    )
+
+
+def test_tune_says_when_censored_values_are_not_drawn_from_the_best_fit(tmp_path: Path) -> None:
+    # A lazy run on groups of 4: three workers in four cancelled, exponential delays. Its
+    # first arrivals are fitted better by a Pareto of shape far below 1 (this seed).
+    source = JobConfig(
+        workers=16,
+        rounds=20,
+        seed=1,
+        data=Component("synthetic", {"rows": 1600, "dim": 10}),
+        policy=Component("g-lag", {"s": 3}),
+        stragglers=Component("exponential", {"mean": 0.02}),
+    )
+    (tmp_path / "src.toml").write_text(_toml(source))
+    done = _cli("simulate", "--config", "src.toml", "-o", "src.json", "--no-progress", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = _cli(
+        "tune", "src.json", "--policy", "uncoded", "--repeats", "1", "--no-progress",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "censored: cancelled workers" in lines[0]
+    assert lines[1].startswith("  best fit pareto(") and "shape=0.0" in lines[1]
+    assert lines[3].startswith(
+        "  censored delays are drawn beyond their bounds from the shifted-exponential"
     )
 
 

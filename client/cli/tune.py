@@ -182,6 +182,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from codedgd.services.records import read_result_file
     from codedgd.services.stragglers.models import load_trace
     from codedgd.services.tuning import (
+        MIN_TAIL_SHAPE,
         SEARCHED,
         Link,
         auto_start,
@@ -264,6 +265,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
         for i, f in enumerate(fit.fits):
             print(f"  {'best fit ' if i == 0 and not f.why_not else 'also     '}{f.describe()}")
+        if n_cens and fit.tail is not fit.best:
+            print(
+                f"  censored delays are drawn beyond their bounds from the {fit.tail.family}: "
+                "the best fit has an infinite mean (a Pareto of shape <= "
+                f"{MIN_TAIL_SHAPE:g}), which the censored data cannot support"
+            )
         shown = (
             ", ".join(f"worker {w} {s:.1f}x ({load_slowness[w]:.1f}x)" for w, s in slow[:8])
             or "none"
@@ -291,7 +298,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         outcomes = search(
             source,
             obs,
-            fit.best,
+            fit.tail,
             target_loss=target,
             rounds=rounds,
             repeats=args.repeats,
@@ -312,6 +319,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "optimal_loss": optimal.loss if optimal is not None else None,
             "rounds": rounds,
             "fits": [f.to_dict() for f in fit.fits],
+            "tail": fit.tail.family,  # what censored values are drawn from (Fit.tail)
             "slowness": [float(s) for s in slowness],
             "load_slowness": [float(s) for s in load_slowness],
             "candidates": [o.to_dict() for o in outcomes],

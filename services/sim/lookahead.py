@@ -3,9 +3,10 @@
 Every ``window`` rounds :meth:`Lookahead.choose` refits the delays of the last rounds
 (:func:`~codedgd.services.stragglers.fitted.observe`, censored fits, resampled replay;
 censored values informed by each worker's own earlier delays, or their bounds raised by
-its earlier bounds, and drawn beyond them from the better-fitting family's tail),
-then runs candidates on the simulator (the vectorized engine; the events one for
-mini-batch rounds) **from the current θ**, on the job's own data and model, all with the
+its earlier bounds, and drawn beyond them from the better-fitting family's tail, or
+the exponential's where that is a Pareto with an infinite mean: ``Fit.tail``), then
+runs candidates on the simulator (the vectorized engine; the events one for mini-batch
+rounds) **from the current θ**, on the job's own data and model, all with the
 same replayed delays (a paired comparison), ``replays`` times:
 
 1. the current (r, K) for ``horizon`` rounds: it gets from the current loss to L (its
@@ -422,12 +423,12 @@ class Lookahead:
             # The family is fitted to what these rounds saw (not to the values informed
             # from earlier ones, which are guesses, not delays), and a censored value is
             # drawn from the better-fitting family's tail beyond its bound, as tune draws
-            # it. (Until 2026-11-29 from Pareto's, always: fitted from the smallest delay
-            # up, its shape can fall far below 1 on exponential delays; at 0.2 a draw's
-            # median is 32 times its bound. That was hidden while earlier bounds stood in
-            # for values, see Observations.informed.)
-            fits = fit_delays(seen)
-            tail = fits.best
+            # it, unless that is a Pareto with an infinite mean (Fit.tail). (Until
+            # 2026-11-29 from Pareto's, always: fitted from the smallest delay up, its
+            # shape can fall far below 1 on exponential delays; at 0.2 a draw's median is
+            # 32 times its bound. That was hidden while earlier bounds stood in for
+            # values, see Observations.informed.)
+            tail = fit_delays(seen).tail
         except CodedGDError as exc:
             return current, f"no refit: {exc}"
         delays = ResampledDelay(obs, tail, seed=0)  # reseeded for each replay

@@ -8,6 +8,7 @@ and :func:`search` runs every candidate policy on the simulator with those delay
 
 from codedgd.services.stragglers.fitted import (
     FAMILIES,
+    MIN_TAIL_SHAPE,
     DelayFit,
     Fit,
     Observations,
@@ -33,6 +34,7 @@ from codedgd.services.tuning.search import (
 
 __all__ = [
     "FAMILIES",
+    "MIN_TAIL_SHAPE",
     "SEARCHED",
     "TOPOLOGIES",
     "DelayFit",
