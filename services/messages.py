@@ -89,6 +89,7 @@ def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
         excluded={int(w): why for w, why in record.excluded.items()},
         attempts=record.attempts,
         restarts=list(record.restarts),
+        cancelled_seconds={int(w): float(s) for w, s in record.cancelled_seconds.items()},
     )
 
 
@@ -119,6 +120,7 @@ def record_from_pb(m: pb.RoundReport) -> RoundRecord:
         excluded={int(w): str(why) for w, why in m.excluded.items()},
         attempts=int(m.attempts) or 1,
         restarts=tuple(m.restarts),
+        cancelled_seconds={int(w): float(s) for w, s in m.cancelled_seconds.items()},
     )
 
 

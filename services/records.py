@@ -65,6 +65,11 @@ class RoundRecord:
     # the round again), and why each earlier attempt was abandoned.
     attempts: int = 1
     restarts: tuple[str, ...] = ()
+    # Workers cancelled before their result arrived: worker → seconds from the broadcast of
+    # θ_t to its Cancel (a lower bound on its response). Empty: none, or not recorded
+    # (files of older versions, ring and tree rounds), where the round's wait_seconds is
+    # every cancelled worker's bound.
+    cancelled_seconds: Mapping[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         # Field by field, not asdict: its deep copy of the timing maps, replaced below
@@ -108,7 +113,7 @@ class RoundRecord:
         return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
 
 
-_TIMING_MAPS = ("response_seconds", "worker_compute_seconds")
+_TIMING_MAPS = ("response_seconds", "worker_compute_seconds", "cancelled_seconds")
 _FLOATS = tuple(f.name for f in fields(RoundRecord) if f.type == "float")
 
 

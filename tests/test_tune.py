@@ -327,6 +327,29 @@ def _record(t: int, responses: dict[int, float], cancelled: int = 0) -> RoundRec
     )
 
 
+def test_a_cancelled_worker_is_censored_at_its_cancel_and_one_not_asked_is_not_seen() -> None:
+    # Workers 0-3 answer; worker 4 is cancelled at 0.15 s, when its group was served, and
+    # worker 5 when the round decoded (0.4 s); workers 6 and 7 are not asked.
+    answers = {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.4}
+    rounds = [
+        dataclasses.replace(_record(t, answers, cancelled=2), cancelled_seconds={4: 0.15, 5: 0.4})
+        for t in range(6)
+    ]
+    obs = observe(rounds, 6)
+    assert np.all(obs.censored[:, 4:]) and not obs.censored[:, :4].any()
+    assert obs.excess[:, 4] == pytest.approx(np.full(6, 0.15 - 0.01))
+    assert obs.excess[:, 5] == pytest.approx(np.full(6, 0.4 - 0.01))
+    with pytest.raises(ConfigError, match=r"workers \[6, 7\] of the job's 8 appear in none"):
+        observe(rounds, 8)
+    with pytest.raises(ConfigError, match=r"cancelled workers \[9\].*another job"):
+        observe([dataclasses.replace(r, cancelled_seconds={9: 0.2}) for r in rounds], 8)
+    # A file of a version before cancelled_seconds says only how many were cancelled:
+    # every worker that did not answer is taken to be, at the round's decode.
+    old = observe([dataclasses.replace(r, cancelled_seconds={}) for r in rounds], 8)
+    assert np.all(old.censored[:, 4:])
+    assert old.excess[:, 4] == pytest.approx(np.full(6, 0.4 - 0.01))
+
+
 def test_bad_records_are_refused_naming_what_is_missing() -> None:
     full = {w: 0.1 + 0.01 * w for w in range(4)}
     with pytest.raises(ConfigError, match=r"2 round.*at least 5"):
@@ -379,8 +402,10 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_tune_says_when_censored_values_are_not_drawn_from_the_best_fit(tmp_path: Path) -> None:
-    # A lazy run on groups of 4: three workers in four cancelled, exponential delays. Its
-    # first arrivals are fitted better by a Pareto of shape far below 1 (this seed).
+    # A lazy run on groups of 4: three workers in four cancelled, exponential delays, in a
+    # result file of a version before cancelled_seconds: each cancelled worker is bounded
+    # at the round's decode, and the first arrivals are fitted better by a Pareto of shape
+    # far below 1 (this seed).
     source = JobConfig(
         workers=16,
         rounds=20,
@@ -392,6 +417,10 @@ def test_tune_says_when_censored_values_are_not_drawn_from_the_best_fit(tmp_path
     (tmp_path / "src.toml").write_text(_toml(source))
     done = _cli("simulate", "--config", "src.toml", "-o", "src.json", "--no-progress", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "src.json").read_text())
+    for record in result["rounds"]:
+        assert record.pop("cancelled_seconds") or not record["cancelled"]
+    (tmp_path / "src.json").write_text(json.dumps(result))
     done = _cli(
         "tune", "src.json", "--policy", "uncoded", "--repeats", "1", "--no-progress",
         cwd=tmp_path,

@@ -76,6 +76,7 @@ class Outcome:
     excluded: dict[int, str] = field(default_factory=dict)  # the others, and why
     attempts: int = 1
     restarts: tuple[str, ...] = ()  # why each earlier attempt was abandoned
+    cancels: dict[int, float] = field(default_factory=dict)  # worker → its Cancel's seconds
 
 
 class RoundLoop:
@@ -216,6 +217,7 @@ class RoundLoop:
                 excluded=out.excluded,
                 attempts=out.attempts,
                 restarts=out.restarts,
+                cancelled_seconds=out.cancels,
             )
             policy.observe(record)
             round_hist.observe(round_s)
@@ -436,6 +438,7 @@ class RoundLoop:
         compute_max = 0.0
         uploads = 0
         cancelled_early = 0
+        cancels: dict[int, float] = {}  # worker → seconds from θ_t sent to its Cancel
         # Decodable before any arrival: no one contacted, or (lazy policies) enough stale
         # messages count already.
         decodable = policy.feasible(frozenset())
@@ -548,6 +551,7 @@ class RoundLoop:
             if not decodable:
                 superseded = policy.superseded() & outstanding
                 if superseded:
+                    cancels.update(dict.fromkeys(superseded, event.received - sent_at))
                     self._cancel(t, superseded)
                     outstanding -= superseded
                     cancelled.update(superseded)
@@ -599,6 +603,7 @@ class RoundLoop:
             computes=computes,
             contributors=contributors,
             excluded=self._excluded(set(contributors), set(contacted), cancelled),
+            cancels={**dict.fromkeys(outstanding, decodable_at - sent_at), **cancels},
         )
 
     def _excluded(self, used: set[int], contacted: set[int], cancelled: set[int]) -> dict[int, str]:

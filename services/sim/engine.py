@@ -102,6 +102,7 @@ class _Round:
     bytes_up: int = 0
     responses: dict[int, float] = field(default_factory=dict)
     computes: dict[int, float] = field(default_factory=dict)
+    cancels: dict[int, float] = field(default_factory=dict)  # worker → its Cancel's time
     bytes_down: int | None = None  # None: θ's bytes to each of the computations
     workers_used: tuple[int, ...] | None = None  # None: the estimate's
     cancelled: int | None = None  # None: computations neither answered nor lost
@@ -325,6 +326,7 @@ class Simulator:
                 response_seconds=out.responses,
                 worker_compute_seconds=out.computes,
                 note=note,
+                cancelled_seconds=out.cancels,
             )
             prepared.policy.observe(record)
             records.append(record)
@@ -513,6 +515,8 @@ class Simulator:
                 decodable = policy.offer(w, payload)
             else:
                 decodable = policy.offer(w, None)
+            for other in policy.superseded() & outstanding:  # served group-mates (g-lag)
+                out.cancels.setdefault(other, at)
             # With a wanted place missing, an arrival can make the round need more
             # (cyclic, polynomial, lagc wait past n-s for a near-singular set).
             if (
@@ -525,6 +529,8 @@ class Simulator:
                 replace_by = self._replace_by(t, at, why)
         if not eager:
             self.skipped += out.computations - out.answered - out.lost
+        for other in outstanding:  # the rest are cancelled when the round decodes
+            out.cancels.setdefault(other, out.wait)
         decode_start = time.perf_counter()
         try:
             out.estimate = policy.decode()

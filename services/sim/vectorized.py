@@ -182,6 +182,11 @@ class VectorizedSimulator(Simulator):
         if self.per_worker:
             out.responses = {int(contacted[i]): float(arrival[i]) for i in used}
             out.computes = {int(contacted[i]): float(compute[i]) for i in used}
+            # The others are cancelled when the round decodes (a served group's members
+            # too: this engine does not cancel them earlier).
+            late = np.ones(len(contacted), dtype=bool)
+            late[used] = False
+            out.cancels = dict.fromkeys((int(w) for w in contacted[late]), out.wait)
         out.estimate = Estimate(
             self._gradient(point, outcome.weights),
             outcome.workers_used,

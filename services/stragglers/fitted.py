@@ -9,7 +9,9 @@ result in) and its own compute seconds. From them:
 - **excess** = response − compute: the seconds a worker spent on anything but its
   gradient (network, queueing, straggling; an injected straggler model's delay too).
   Workers cancelled in a round never answered: their excess is *right-censored* at the
-  round's decode time minus the round's mean compute (they were slower than that).
+  time of their Cancel (``RoundRecord.cancelled_seconds``; in records of older versions
+  the round's decode time, for every worker that did not answer) minus the round's mean
+  compute (they were slower than that). A worker the round did not ask is not observed.
 - **speed**: each worker's median compute seconds relative to the typical worker's (the
   pool's 25th percentile, so that a pool half of slow machines is measured against its
   fast half; 1 = typical, 2 = twice as slow). All of codedgd's codes give every worker the same
@@ -415,13 +417,25 @@ def observe(
             c = float(r.worker_compute_seconds.get(w, 0.0))
             excess[i, w] = max(float(response) - c, 0.0)
             compute[i, w] = c
-        # Contacted but cancelled: slower than the round's decode (a lower bound).
-        silent = [w for w in range(n_workers) if w not in r.response_seconds]
-        if r.cancelled > 0 and silent:
-            bound = max(float(r.wait_seconds) - mean_compute, 0.0)
-            for w in silent:
-                excess[i, w] = bound
-                censored[i, w] = True
+        # Cancelled: slower than its Cancel (a lower bound). Records of older versions
+        # (and ring or tree rounds) do not say who was cancelled when: every worker that
+        # did not answer is taken to be, at the round's decode.
+        if r.cancelled_seconds:
+            stray = [w for w in r.cancelled_seconds if not 0 <= w < n_workers]
+            if stray:
+                raise ConfigError(
+                    f"round {r.round} cancelled workers {sorted(stray)}, but the job has "
+                    f"{n_workers}: the records are of another job"
+                )
+            bounds = {w: float(s) for w, s in r.cancelled_seconds.items()}
+        elif r.cancelled > 0:
+            silent = [w for w in range(n_workers) if w not in r.response_seconds]
+            bounds = dict.fromkeys(silent, float(r.wait_seconds))
+        else:
+            bounds = {}
+        for w, at in bounds.items():
+            excess[i, w] = max(at - mean_compute, 0.0)
+            censored[i, w] = True
     missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
     if missing:
         raise ConfigError(

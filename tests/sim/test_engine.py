@@ -310,3 +310,25 @@ def test_target_loss_stops_early() -> None:
     target = full.records[5].loss
     stopped = simulate(job(rounds=20, target_loss=target), CostModel.ideal())
     assert len(stopped.records) == 6
+
+
+def test_a_cancelled_worker_is_bounded_where_its_cancel_went() -> None:
+    # g-lag on pairs: a pair's first answer serves it, and its mate is cancelled then;
+    # in a lazy round that asks no pair, no one is either.
+    config = job(
+        workers=6,
+        rounds=20,
+        policy=Component("g-lag", {"s": 1}),
+        stragglers=Component("exponential", {"mean": 0.05}),
+    )
+    records = Simulator(config, CostModel.ideal()).run().records
+    cancels = 0
+    for r in records:
+        assert len(r.cancelled_seconds) == r.cancelled
+        cancels += r.cancelled
+        for w, at in r.cancelled_seconds.items():
+            assert w not in r.response_seconds
+            assert at == r.response_seconds[w ^ 1] <= r.wait_seconds  # pairs (0, 1), (2, 3), …
+        seen = r.response_seconds.keys() | r.cancelled_seconds.keys()
+        assert len(seen) == r.computations
+    assert cancels > 0 and any(r.computations == 0 for r in records)
