@@ -456,6 +456,16 @@ class Lookahead:
         ]
         spans: list[float] = []
         goals: list[float] = []
+        # A lazy rule's rounds have a rhythm: the groups refreshed together fire together
+        # again some rounds later, and a window holds that burst or not. A candidate that
+        # restarts is judged just after its burst (the restart round is paid once, apart),
+        # so it is compared with the current rule restarted too: in the same phase.
+        restarting = [c for c in others if self.restarts(c, memory)]
+        anew = (
+            {**memory, "theta_hat": None} if restarting and current.lazy and memory else None
+        )
+        phased: list[float] = []
+        phased_goals: list[float] = []
         first: list[tuple[float, float]] = []  # the current rule's curve, first replay
         taken: dict[Choice, list[float]] = {c: [] for c in others}
         # What a restart round (every group asked afresh) costs beyond the candidate's
@@ -470,8 +480,19 @@ class Lookahead:
             span, goal = _progress(curve, start_loss)
             spans.append(span)
             goals.append(goal)
+            if anew is not None:
+                again = self._curve(
+                    seed, theta, current, delays, cost, horizon, whole=near, memory=anew
+                )
+                lapse, low = _progress(again, start_loss)
+                fresh = bool(again) and lapse > again[0][0]
+                phased.append(lapse - (_restart_cost(again) if fresh else 0.0))
+                phased_goals.append(low)
             for c in others:
-                budget = span / (1.0 - self.margin)
+                base, aim = (
+                    (phased[-1], phased_goals[-1]) if phased and c in restarting else (span, goal)
+                )
+                budget = base / (1.0 - self.margin)
                 trial = self._curve(
                     seed,
                     theta,
@@ -480,7 +501,7 @@ class Lookahead:
                     cost,
                     20 * horizon,
                     budget,
-                    goal,
+                    aim,
                     horizon // 2,
                     whole=near,
                     memory=memory,
@@ -494,6 +515,11 @@ class Lookahead:
                 once[c].append(extra)
         self.decisions += 1
         span = float(np.mean(spans))
+        # What each candidate is compared with: the current rule as it goes on, or
+        # restarted (above).
+        against = {
+            c: float(np.mean(phased)) if phased and c in restarting else span for c in others
+        }
         pace_start, pace = start_loss, first  # what the rounds left are read from
         if kept < 1.0 and self.config.target_loss is not None:
             # A target is a loss of the whole data, and near the optimum the sample's
@@ -512,7 +538,7 @@ class Lookahead:
         restart = {c: float(np.mean(once[c])) for c in others}
         moves = {c: ships[c] + restart[c] for c in others}
         saved = {
-            c: remaining * (1.0 - tau[c] / span) - moves[c] if span > 0 else -math.inf
+            c: remaining * (1.0 - tau[c] / against[c]) - moves[c] if against[c] > 0 else -math.inf
             for c in others
         }
         shown = ", ".join(
@@ -527,6 +553,11 @@ class Lookahead:
             f"{shown or 'no other choice gets there within the margin'}; "
             f"{remaining:.3g} s left"
         )
+        if phased:
+            summary += (
+                f"; restarted as a move would be, {current} needs {float(np.mean(phased)):.3g} s "
+                f"(what {', '.join(map(str, sorted(restarting)))} are compared with)"
+            )
         if near:
             summary += "; on every row (the sample's gradient is off the job's here)"
         if blind:
@@ -534,7 +565,9 @@ class Lookahead:
                 f"; groups of {', '.join(map(str, sorted(blind)))} not tried: workers "
                 f"{unheard} not heard from lately"
             )
-        fast = [c for c in others if tau[c] <= (1.0 - self.margin) * span and saved[c] > 0]
+        fast = [
+            c for c in others if tau[c] <= (1.0 - self.margin) * against[c] and saved[c] > 0
+        ]
         if current not in choices:  # the warm-up rule is not a choice: take the best one
             best = min(choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k))
             return best, summary
