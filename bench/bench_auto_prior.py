@@ -27,7 +27,7 @@ from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.job import Component
 from codedgd.services.policies.auto import DEFAULT_RIDE
 from codedgd.services.sim.engines import simulate
-from codedgd.services.tuning import auto_prior, observe
+from codedgd.services.tuning import auto_prior, auto_tail, observe
 
 
 def main() -> None:
@@ -47,7 +47,9 @@ def main() -> None:
     for n in a.n:
         for scenario in a.scenario:
             source, target = source_and_target(n, scenario)
-            prior = auto_prior(observe(simulate(source, cost_for(n)).records, n))
+            seen = observe(simulate(source, cost_for(n)).records, n)
+            prior = auto_prior(seen)
+            tail = auto_tail(seen)  # both as tune --write-auto writes them
             rules = {
                 f"r={r} lazy xi=10" + (f" ride={ride:g}" if ride < 1 else ""): Component(
                     "g-lag", {"s": r - 1, "xi": 10.0, "ride": ride}
@@ -61,7 +63,9 @@ def main() -> None:
             cells = []
             for r in a.start:
                 plain = _median_time(source, Component("auto", {"r": r}), target)
-                known = _median_time(source, Component("auto", {"r": r, "prior": prior}), target)
+                known = _median_time(
+                    source, Component("auto", {"r": r, "prior": prior, "tail": tail}), target
+                )
                 cells.append(
                     f"{plain:.2f} | {known:.2f} | {plain / fixed[best]:.2f} | "
                     f"{known / fixed[best]:.2f}"

@@ -38,6 +38,7 @@ from codedgd.services.tuning import (
     label,
     observe,
     observe_trace,
+    parse_tail,
     search,
     step_sizes,
     tree_shapes,
@@ -475,6 +476,10 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     # Its prior is the run's slowness of each worker (what tune printed), to 3 digits.
     prior = doc["auto_start"]["policy"].pop("prior")
     assert np.allclose([float(v) for v in prior.split(",")], doc["slowness"], rtol=5e-3)
+    # And the law of its typical workers' delays, for the censored ones it draws.
+    tail = doc["auto_start"]["policy"].pop("tail")
+    law = parse_tail(tail)
+    assert law is not None and law.family in ("shifted-exponential", "pareto")
     # What of it grows with load (what the search replays) is never more than all of it.
     assert len(doc["load_slowness"]) == len(doc["slowness"])
     assert all(
@@ -486,7 +491,7 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
         "lr": "auto",  # (the run's own step: no --lr)
     }
     adaptive = JobConfig.from_toml(tmp_path / "jobs" / "auto.toml")  # (jobs/ made for it)
-    assert adaptive.policy == Component("auto", {"r": r, "prior": prior})
+    assert adaptive.policy == Component("auto", {"r": r, "prior": prior, "tail": tail})
     assert adaptive.replace(policy=source.policy) == source.replace(target_loss=None)
     ran = simulate(adaptive.replace(target_loss=target, rounds=60), cost).records
     assert ran[-1].loss <= target

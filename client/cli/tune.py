@@ -45,7 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "(ring-allreduce, tree, codedreduce) are searched too. "
             "--write saves the winner as a job file for `codedgd run --config`; "
             "--write-auto saves one of `auto` started at the group size of the best "
-            "candidate it can run, with each worker's slowness as its prior. "
+            "candidate it can run, with each worker's slowness as its prior and its typical "
+            "workers' delay law as its tail. "
             "With --probe JOB.toml it first runs a short uncoded job on the live pool "
             "(--coordinator) and tunes on that. With --lr it searches the step size too. "
             "See docs/tuning.md."
@@ -160,7 +161,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="JOB.toml",
         help="write a job file of --policy auto that starts at the group size r of the best "
         f"candidate auto can run ({', '.join(GROUP_POLICIES)}) and adapts from there, "
-        "with each worker's slowness on the run as its prior (for workers it has not heard)",
+        "with each worker's slowness on the run as its prior (for workers it has not heard) "
+        "and its typical workers' delay law as its tail (for the delays it cancels)",
     )
     p.add_argument(
         "--fit-figure",
@@ -369,7 +371,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             _at(job, origin, steps).replace(policy=policy),
             args.results,
             f"auto starting at r={policy.options['r']}, the group size of {origin.label}"
-            + ("; prior: each worker's slowness on this run" if "prior" in policy.options else ""),
+            + ("; prior: each worker's slowness on this run" if "prior" in policy.options else "")
+            + ("; tail: its typical workers' delays" if "tail" in policy.options else ""),
         )
         if not args.json:
             rank = outcomes.index(origin) + 1

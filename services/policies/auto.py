@@ -69,7 +69,7 @@ from codedgd.services.policies.lag import D_PARAM, DEFAULT_D, check_ride
 from codedgd.services.policies.lag_coded import GroupLag
 from codedgd.services.policies.registry import create, register
 from codedgd.services.records import RoundRecord
-from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS
+from codedgd.services.stragglers.fitted import MIN_LIVE_ROUNDS, parse_tail
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +291,15 @@ class Auto(ErasureHead):
             "groups would hold only unheard workers the prior does not know); `codedgd tune "
             "--write-auto` writes it",
         ),
+        Param(
+            "tail",
+            str,
+            "",
+            "the law of the delays the look-ahead draws beyond a censored worker's bound "
+            "(family:params, e.g. pareto:scale=0.02,shape=1.5), instead of one fitted to "
+            "each refit window (its few values, most of them censored); `codedgd tune "
+            "--write-auto` writes the one it fitted to the run it read",
+        ),
     )
 
     def __init__(
@@ -305,6 +314,7 @@ class Auto(ErasureHead):
         start: str = "lazy",
         ride: float = DEFAULT_RIDE,
         prior: str = "",
+        tail: str = "",
     ) -> None:
         if r < 0:
             raise ConfigError(f"auto: r must be a group size >= 1 (or 0: by n), got r={r}")
@@ -328,6 +338,7 @@ class Auto(ErasureHead):
         self.sizes_text = sizes
         self.weights = _weights(lazy)  # the lazy ξ values
         self.prior = _prior(prior)  # each worker's slowness from an earlier run (or None), or ()
+        self.tail = parse_tail(tail)  # the delays' law beyond a bound (None: fitted live)
         self.D = D
         self.xi = 0.0  # in use: 0 = eager rounds
         self.choices: tuple[int, ...] = ()  # the K values

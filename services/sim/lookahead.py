@@ -68,6 +68,7 @@ from codedgd.services.sim.engine import Simulator, partition_bytes, rows_per_rou
 from codedgd.services.sim.vectorized import VectorizedSimulator, not_vectorizable
 from codedgd.services.stragglers.fitted import (
     MIN_LIVE_ROUNDS,
+    DelayFit,
     Observations,
     ResampledDelay,
     fit_delays,
@@ -122,15 +123,19 @@ class Lookahead:
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
         # auto's prior (each worker's slowness on an earlier run) stands in for a worker
-        # until it answers: its history starts at what that slowness means in relative
-        # terms (its excess beyond the typical worker's, per second of compute), and it is
-        # never unheard. An empty entry: not known (the earlier run never waited for it).
+        # until it answers, as a bound: its delay is at least what that slowness means in
+        # relative terms (its excess beyond the typical worker's, per second of compute),
+        # and beyond that drawn from the fitted tail; and it is never unheard. An empty
+        # entry: not known (the earlier run never waited for it). (Until 2026-11-29 as a
+        # delay: a typical worker's censored delays were then all typical, the pool's tail
+        # was lost, and on Pareto delays auto moved to single workers.)
         prior = tuple(getattr(prepared.policy, "prior", ()) or ())
         if len(prior) != config.workers:
             prior = ()
+        self.tail: DelayFit | None = getattr(prepared.policy, "tail", None)
         self.known = {w for w, v in enumerate(prior) if v is not None}
         for w in self.known:
-            self._history[w] = np.array([max(float(prior[w]) - 1.0, 0.0)])
+            self._bounds[w] = np.array([max(float(prior[w]) - 1.0, 0.0)])
 
     @staticmethod
     def warm() -> None:
@@ -428,7 +433,12 @@ class Lookahead:
             # shape can fall far below 1 on exponential delays; at 0.2 a draw's median is
             # 32 times its bound. That was hidden while earlier bounds stood in for
             # values, see Observations.informed.)
-            tail = fit_delays(seen).tail
+            # auto's tail option (the law tune fitted to a whole earlier run) where given:
+            # a window's few values, three in four of them censored at groups of 4, say
+            # little of the tail (fitted from a decision's first two rounds, a Pareto of
+            # shape 1.5 came out at 4.4, and auto moved to single workers that waited for
+            # every worker's tail).
+            tail = self.tail or fit_delays(seen).tail
         except CodedGDError as exc:
             return current, f"no refit: {exc}"
         delays = ResampledDelay(obs, tail, seed=0)  # reseeded for each replay
@@ -461,9 +471,7 @@ class Lookahead:
         # restarts is judged just after its burst (the restart round is paid once, apart),
         # so it is compared with the current rule restarted too: in the same phase.
         restarting = [c for c in others if self.restarts(c, memory)]
-        anew = (
-            {**memory, "theta_hat": None} if restarting and current.lazy and memory else None
-        )
+        anew = {**memory, "theta_hat": None} if restarting and current.lazy and memory else None
         phased: list[float] = []
         phased_goals: list[float] = []
         first: list[tuple[float, float]] = []  # the current rule's curve, first replay
@@ -565,9 +573,7 @@ class Lookahead:
                 f"; groups of {', '.join(map(str, sorted(blind)))} not tried: workers "
                 f"{unheard} not heard from lately"
             )
-        fast = [
-            c for c in others if tau[c] <= (1.0 - self.margin) * against[c] and saved[c] > 0
-        ]
+        fast = [c for c in others if tau[c] <= (1.0 - self.margin) * against[c] and saved[c] > 0]
         if current not in choices:  # the warm-up rule is not a choice: take the best one
             best = min(choices, key=lambda c: (tau.get(c, span) + moves.get(c, 0.0), c.r, -c.k))
             return best, summary

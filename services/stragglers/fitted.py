@@ -546,6 +546,56 @@ class Fit:
 # A Pareto tail of this shape or less (an infinite mean) is not drawn from: see Fit.tail.
 MIN_TAIL_SHAPE = 1.0
 
+# Each family's parameters, in the order a tail option gives them.
+_TAIL_KEYS = {"shifted-exponential": ("shift", "rate"), "pareto": ("scale", "shape")}
+
+
+def tail_option(fit: DelayFit) -> str:
+    """A fitted family as text: ``family:key=value,key=value`` (auto's ``tail`` option, as
+    ``codedgd tune --write-auto`` writes it; :func:`parse_tail` reads it back)."""
+    return f"{fit.family}:" + ",".join(f"{k}={fit.params[k]:.6g}" for k in _TAIL_KEYS[fit.family])
+
+
+def parse_tail(text: str, owner: str = "auto") -> DelayFit | None:
+    """The family :func:`tail_option` wrote (None for ""), or a ConfigError naming what is
+    wrong: an unknown family, a missing or unknown parameter, a value out of range."""
+    if not text.strip():
+        return None
+    example = "pareto:scale=0.02,shape=1.5 or shifted-exponential:shift=0.001,rate=50"
+    family, _, rest = text.strip().partition(":")
+    if family not in _TAIL_KEYS:
+        raise ConfigError(
+            f"{owner}: tail={text[:60]!r}: the family must be one of {sorted(_TAIL_KEYS)} "
+            f"(e.g. {example}, as `codedgd tune --write-auto` writes it)"
+        )
+    params: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, _, value = item.partition("=")
+        try:
+            params[key.strip()] = float(value)
+        except ValueError:
+            params[key.strip()] = math.nan
+    keys = _TAIL_KEYS[family]
+    if sorted(params) != sorted(keys) or not all(math.isfinite(v) for v in params.values()):
+        raise ConfigError(
+            f"{owner}: tail={text[:60]!r}: a {family} tail takes {keys[0]}=… and "
+            f"{keys[1]}=…, finite numbers (e.g. {example})"
+        )
+    first, second = params[keys[0]], params[keys[1]]
+    low = 0.0 if family == "pareto" else -math.inf  # a Pareto's scale > 0, a shift >= 0
+    if not (first > low and first >= 0 and second > 0):
+        floor = "> 0" if family == "pareto" else ">= 0"
+        raise ConfigError(
+            f"{owner}: tail={text[:60]!r}: {keys[0]} must be {floor} seconds and {keys[1]} > 0"
+        )
+    if family == "pareto" and second <= MIN_TAIL_SHAPE:
+        raise ConfigError(
+            f"{owner}: tail={text[:60]!r}: a Pareto of shape <= {MIN_TAIL_SHAPE:g} has an "
+            "infinite mean, which a run's delays cannot support (see Fit.tail): give "
+            "shifted-exponential, or leave tail empty"
+        )
+    return DelayFit(family, params, math.nan)
+
 
 def fit_delays(obs: Observations) -> Fit:
     """Fit every family of :data:`FAMILIES` to the pooled excess (see the module docstring)."""

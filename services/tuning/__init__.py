@@ -17,6 +17,8 @@ from codedgd.services.stragglers.fitted import (
     fit_delays,
     observe,
     observe_trace,
+    parse_tail,
+    tail_option,
 )
 from codedgd.services.tuning.search import (
     SEARCHED,
@@ -25,6 +27,7 @@ from codedgd.services.tuning.search import (
     Outcome,
     auto_prior,
     auto_start,
+    auto_tail,
     candidates,
     label,
     search,
@@ -45,13 +48,16 @@ __all__ = [
     "ResampledDelay",
     "auto_prior",
     "auto_start",
+    "auto_tail",
     "candidates",
     "chance_limit",
     "fit_delays",
     "label",
     "observe",
     "observe_trace",
+    "parse_tail",
     "search",
     "step_sizes",
+    "tail_option",
     "tree_shapes",
 ]

@@ -23,7 +23,14 @@ from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.engines import make_simulator
 from codedgd.services.sim.lookahead import Lookahead, _restart_cost, _subsample
 from codedgd.services.stragglers import create_straggler_model
-from codedgd.services.tuning import auto_prior, observe
+from codedgd.services.tuning import (
+    auto_prior,
+    auto_tail,
+    fit_delays,
+    observe,
+    parse_tail,
+    tail_option,
+)
 
 
 class Scripted:
@@ -231,6 +238,16 @@ def test_bad_options_are_refused() -> None:
         create("auto", {"prior": "1,1,2"}).plan(8, 8)
     with pytest.raises(ConfigError, match=r"prior must be a string of numbers"):
         Auto(prior=[1, 2])  # type: ignore[arg-type]  (a TOML list)
+    with pytest.raises(ConfigError, match=r"tail='gamma:k=2'.*one of \['pareto'"):
+        create("auto", {"tail": "gamma:k=2"})
+    with pytest.raises(ConfigError, match=r"a pareto tail takes scale=… and shape=…"):
+        create("auto", {"tail": "pareto:scale=0.02"})
+    with pytest.raises(ConfigError, match=r"a shifted-exponential tail takes shift=… and rate"):
+        create("auto", {"tail": "shifted-exponential:shift=0,rate=fast"})
+    with pytest.raises(ConfigError, match=r"shape must be|scale must be > 0 seconds"):
+        create("auto", {"tail": "pareto:scale=0,shape=2"})
+    with pytest.raises(ConfigError, match=r"shape <= 1 has an infinite mean"):
+        create("auto", {"tail": "pareto:scale=0.02,shape=0.8"})
 
 
 @pytest.mark.parametrize("batch_size", [0, 40])
@@ -872,3 +889,47 @@ def test_a_move_that_restarts_the_lazy_rounds_is_judged_against_the_rule_restart
     # 2026-11-29), a window with the burst made groups of 4 look 20 % faster than pairs
     # (seed 1001 moved at round 20 and back at 50), where over the job pairs are 1.5x faster.
     assert _few_slow(seed, r=2, rounds=90) == []
+
+
+def _pareto_with_prior(seed: int, tail: bool) -> list[tuple[int, str]]:
+    """(round, switch) of auto at groups of 4 on :func:`_pareto_job` over 12 rounds, with
+    the prior (and with ``tail``, the tail) ``tune --write-auto`` writes from the source
+    run (uncoded, 100 rounds of the same delays)."""
+    source = _pareto_job(rounds=100).replace(policy=Component("uncoded", {}))
+    seen = observe(simulate(source, _pareto_cost()).records, 16)
+    options = {"r": 4, "prior": auto_prior(seen)}
+    if tail:
+        options["tail"] = auto_tail(seen)
+        assert options["tail"].startswith("pareto:scale=0.022")  # the source's law
+    job = source.replace(rounds=12, policy=Component("auto", options))
+    sim = make_simulator(job, _pareto_cost(), per_worker=True)
+    sim.straggler = create_straggler_model(
+        "pareto", {"scale": 0.02, "shape": 1.5}, seed=seed, n_workers=16
+    )
+    return [(r.round, r.note.split(" (")[0]) for r in sim.run().records if r.note]
+
+
+@pytest.mark.parametrize("seed", [1000, 1001])
+def test_a_tail_from_an_earlier_run_stands_in_for_a_windows_few_values(seed: int) -> None:
+    # The first decision (round 2) fits two rounds of first arrivals, three in four
+    # values censored: a Pareto of shape 1.5 came out light (4.4), single workers looked
+    # fast, and auto moved to them (1.35x the best fixed rule's time, pairs). With the
+    # tail tune fitted to the whole earlier run, it moves to pairs.
+    assert _pareto_with_prior(seed, tail=False)[0] == (2, "auto: r=4 lazy xi=10 -> r=1 lazy xi=10")
+    assert _pareto_with_prior(seed, tail=True) == [(2, "auto: r=4 lazy xi=10 -> r=2 lazy xi=10")]
+
+
+def test_the_tail_tune_hands_auto_is_its_typical_workers() -> None:
+    # Two 5x slower machines among 16 (exponential delays of mean 0.02 s): pooled in,
+    # their delays made the law's mean excess 0.05 s; the prior has them already.
+    stragglers = Component("speed-classes", {"count": 2, "factor": 5.0, "mean": 0.02})
+    source = _pareto_job(rounds=100).replace(policy=Component("uncoded", {}), stragglers=stragglers)
+    seen = observe(simulate(source, _pareto_cost()).records, 16)
+    tail = parse_tail(auto_tail(seen))
+    assert tail is not None and tail.family == "shifted-exponential"
+    assert 1 / tail.params["rate"] == pytest.approx(0.02, rel=0.15)
+    pooled = fit_delays(seen).tail
+    assert 1 / pooled.params["rate"] > 0.04
+    again = parse_tail(tail_option(tail))  # what --write-auto writes reads back
+    assert again is not None and again.family == tail.family
+    assert again.params == pytest.approx(tail.params, rel=1e-5)
