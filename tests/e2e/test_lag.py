@@ -111,8 +111,10 @@ async def test_g_lag_and_lagc_converge_under_stragglers(
             assert all(r.uploads == len(r.workers_used) for r in job.records)
             assert all(r.uploads + r.cancelled == r.computations for r in job.records)
             # Each cancelled member is bounded where its Cancel went: at its mate's answer
-            # (groups of 2 are (0, 1), (2, 3), (4, 5)), not at the round's decode.
+            # (groups of 2 are (0, 1), (2, 3), (4, 5)), or, where that answer completed
+            # the round, when the round decoded.
             for r in job.records:
                 assert len(r.cancelled_seconds) == r.cancelled
                 for w, at in r.cancelled_seconds.items():
-                    assert at == r.response_seconds[w ^ 1] <= r.wait_seconds, (r.round, w)
+                    mate = r.response_seconds[w ^ 1]
+                    assert at in (mate, r.wait_seconds) and mate <= at <= r.wait_seconds, w
