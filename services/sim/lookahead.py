@@ -20,17 +20,22 @@ same replayed delays (a paired comparison), ``replays`` times:
    A lazy rule on groups of another size starts their messages afresh (its first round
    asks every group): what that round takes beyond the rule's other rounds is paid once
    (below), not counted in τ, and its budget starts after it.
+3. with a lazy rule in use and candidates that restart, the current rule restarted too:
+   T′ to its lowest loss L′, its restart left out likewise. Those candidates are judged
+   against T′ and L′ (the same phase of the lazy rounds' rhythm: groups refreshed
+   together fire together again, and a window holds that burst or not).
 
-A candidate that reaches L in τ would make the current's progress ``T / τ`` times as
-fast, so over the job's remaining rounds (``rounds − t``; with a target loss, as many as
-its curve says it needs, progress shrinking geometrically; each taking T / horizon) it
-saves ``remaining · (1 − τ / T)`` seconds, **minus the cost of moving data** when its r
-differs from the current one (each worker is shipped the rows of the partitions its new
-group has and it lacks) and of a restart round. The policy switches to the candidate that
-saves the most, if it is at least ``margin`` (20 %) faster than the current (so noise does
-not flap it) and saves more than the move costs. The cost of a move: on the coordinator,
-measured (seconds per row shipped at the job's start, then at each move); in the
-simulator, its cost model's links (:func:`~codedgd.services.sim.cost.move_seconds`).
+A candidate that reaches L in τ would make the current's progress ``T / τ`` (or ``T′/τ``)
+times as fast, so over the job's remaining rounds (``rounds − t``; with a target
+loss, as many as its curve says it needs, progress shrinking geometrically; each taking
+T / horizon) it saves ``remaining · (1 − τ / T)`` seconds, **minus the cost of moving
+data** when its r differs from the current one (each worker is shipped the rows of the
+partitions its new group has and it lacks) and of a restart round. The policy switches
+to the candidate that saves the most, if it is at least ``margin`` (20 %) faster than
+the current (so noise does not flap it) and saves more than the move costs. The cost of
+a move: on the coordinator, measured (seconds per row shipped at the job's start, then
+at each move); in the simulator, its cost model's links
+(:func:`~codedgd.services.sim.cost.move_seconds`).
 
 The coordinator attaches one to an ``auto`` job with a cost model fitted from the live
 rounds (compute per row from the reported compute seconds, links free: the recorded
