@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.tuning import parse_tail
 from tests.conftest import CoordinatorProcess, WorkerProcesses
 
 JOB = """
@@ -99,7 +100,11 @@ def test_a_probe_job_is_tuned_on_and_a_pool_too_small_is_refused(
         adaptive = JobConfig.from_toml(tmp_path / "auto.toml")
         prior = adaptive.policy.options["prior"]
         assert [float(v) for v in prior.split(",")] == pytest.approx(doc["slowness"], rel=5e-3)
-        assert adaptive == job.replace(policy=Component("auto", {"r": size, "prior": prior}))
+        # And the law of its typical workers' delays, for the ones it cancels.
+        tail = adaptive.policy.options["tail"]
+        assert parse_tail(tail) is not None
+        expected = {"r": size, "prior": prior, "tail": tail}
+        assert adaptive == job.replace(policy=Component("auto", expected))
         small = _tune(tmp_path, coordinator.target, 6)
         assert small.returncode == 2
         assert "has 4 worker(s) connected but the job needs 6" in small.stderr
