@@ -566,6 +566,10 @@ class Lookahead:
             f"{shown or 'no other choice gets there within the margin'}; "
             f"{remaining:.3g} s left"
         )
+        # What the censored delays were drawn from: the hidden term of most decisions.
+        law = ", ".join(f"{k}={v:.3g}" for k, v in tail.params.items())
+        origin = "the tail option" if self.tail is not None else "these rounds' fit"
+        summary += f"; censored delays drawn from {tail.family}({law}), {origin}"
         if phased:
             summary += (
                 f"; restarted as a move would be, {current} needs {float(np.mean(phased)):.3g} s "

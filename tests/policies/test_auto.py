@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -301,6 +302,9 @@ def test_every_decision_kept_or_not_is_logged_with_its_reason(
         # (The simulator takes a decision at once: a switch is in round t's note.)
         assert reason.startswith("saves ") == (t in switched), (m, switched)
         assert reason.startswith("kept; ") == (t not in switched), (m, switched)
+        # and the law its censored delays were drawn from (fitted to the window here)
+        law = r"; censored delays drawn from (pareto|shifted-exponential)\([^)]+\), these"
+        assert re.search(law + r" rounds' fit", reason), reason
 
 
 def test_choices_without_n_force_the_first_decision() -> None:
@@ -906,7 +910,11 @@ def _pareto_with_prior(seed: int, tail: bool) -> list[tuple[int, str]]:
     sim.straggler = create_straggler_model(
         "pareto", {"scale": 0.02, "shape": 1.5}, seed=seed, n_workers=16
     )
-    return [(r.round, r.note.split(" (")[0]) for r in sim.run().records if r.note]
+    records = sim.run().records
+    if tail:  # the switch says what its censored delays were drawn from
+        law = "censored delays drawn from pareto(scale=0.022, shape=1.66), the tail option)"
+        assert all(law in r.note for r in records if r.note)
+    return [(r.round, r.note.split(" (")[0]) for r in records if r.note]
 
 
 @pytest.mark.parametrize("seed", [1000, 1001])
