@@ -20,13 +20,14 @@ data: their first D rounds ask every group, as exact rounds do) or with K = n
 and the simulator attach :class:`codedgd.services.sim.lookahead.Lookahead`) refits the
 delays of the last rounds, simulates the next rounds from the current θ under every
 candidate: (r, K) in ``sizes`` × ``choices`` and (r, ξ) in ``sizes`` × ``lazy`` (with
-lazy choices, a decision is also due at round D, when their warm-up ends; a decision
-in a lazy start's warm-up chooses only among the lazy rules at its ξ, i.e. the group
-size), and the policy switches to the one predicted to save the most time over the job's remaining
-rounds, net of the cost of moving data. The decision is a :meth:`deliberation`: the
-coordinator runs it in a thread while the rounds go on, and it takes effect at the
-first round after it has finished (the note names the round whose θ it started from);
-the simulator takes it at once.
+lazy choices, a decision is also due at round D, when their warm-up ends; in a lazy
+start's warm-up decisions choose only among the lazy rules at its ξ, i.e. the group size,
+and come every ``first`` rounds while they keep up with the rounds), and the policy
+switches to the one predicted to save the most time over the job's remaining rounds, net
+of the cost of moving data. The decision is a :meth:`deliberation`: the coordinator runs
+it in a thread while the rounds go on, and it takes effect at the first round after it
+has finished (the note names the round whose θ it started from); the simulator takes it
+at once.
 
 Changing K or ξ needs no data movement. Changing r does: the groups change, and each
 worker needs the partitions of its new group (the lazy rounds' messages start afresh).
@@ -248,7 +249,8 @@ class Auto(ErasureHead):
             MIN_LIVE_ROUNDS,
             f"the round of the first decision (>= {MIN_LIVE_ROUNDS}: a fit needs them); "
             "in a lazy start's warm-up (its first D rounds, exact ones) decisions choose "
-            "only the group size",
+            "only the group size, and come every `first` rounds while each takes effect "
+            "within that many",
         ),
         Param(
             "choices",
@@ -355,6 +357,7 @@ class Auto(ErasureHead):
         self._note = ""
         self._pending: tuple[int, Choice, str] | None = None
         self._asked: int | None = None  # the round of the latest deliberation
+        self._lag: int | None = None  # rounds from it to the one it took effect at
         self._replanned: Plan | None = None
         self._ran = Choice(r, 0)
 
@@ -471,7 +474,23 @@ class Auto(ErasureHead):
         # Lazy rules ask every group until round D (LAG's warm-up): a decision before it
         # sees them no faster than exact rounds, so one more is due when it ends.
         warm = bool(self.weights) and self._asked is not None and self._asked < self.D <= t
-        due = t >= self.first if self._asked is None else t - self._asked >= self.window or warm
+        if self._asked is None:
+            due = t >= self.first
+        else:
+            # In a lazy start's warm-up a move to another group size restarts nothing
+            # (every group is asked anyway) and each round at too large a size costs:
+            # decide every `first` rounds until it ends. (Decided at round 2 and then at
+            # D, auto lost up to a quarter of its time to the best fixed rule at n = 16
+            # where pairs are best: at round 2 some pair held two workers never heard
+            # from, so pairs were not tried, and the rounds to D ran at groups of 4.)
+            # Only while decisions keep up with the rounds (the last took effect within
+            # `first` rounds of the one it looked from): on the coordinator a decision
+            # takes tens of short rounds (n = 8 here), and more of them would only share
+            # the cores with the workers.
+            since = t - self._asked
+            quick = self._lag is not None and self._lag < self.first
+            early = quick and self.current.lazy and t < self.D and since >= self.first
+            due = since >= self.window or warm or early
         if not due:
             return None
         self._asked = t
@@ -517,6 +536,7 @@ class Auto(ErasureHead):
         pending, self._pending = self._pending, None
         if pending is not None:
             asked, choice, why = pending
+            self._lag = t - asked  # rounds the decision took to take effect
             if choice.r != self.r:
                 raise PlanError(
                     f"auto: round {t} is to run with r={choice.r} but the plan has r={self.r}: "
