@@ -14,10 +14,15 @@ of the candidates that are not lazy; and ``auto`` as ``codedgd tune --write-auto
 it (started at the group size of tune's pick, each worker's slowness in the source run
 its prior) over the best; and over tune's ten best-ranked candidates, how far its
 predicted times are from their true ones (predicted / true, the lowest and the highest).
+With ``--source-draws N`` tune also predicts its ten best again on N redrawn sources
+(``codedgd tune --source-draws``), and two more columns say for how many of them the
+true time is within the replays' range, and within the redrawn sources' range (tune's
+time then includes the redrawn predictions).
 
     python -m bench.bench_tune                          # n = 16 and 64, all six scenarios
     python -m bench.bench_tune --workers 16 --scenario alternating
     python -m bench.bench_tune --workers 64 --scenario pareto --source-delays 7
+    python -m bench.bench_tune --workers 64 --scenario pareto --source-draws 5
 """
 
 from __future__ import annotations
@@ -106,6 +111,8 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         rounds=args.rounds,
         repeats=args.repeats,
         jobs=args.jobs,  # as `codedgd tune` searches: on every CPU it may use
+        draws=args.source_draws,
+        drawn_top=10,
     )
     tune_seconds = time.perf_counter() - started
 
@@ -131,6 +138,17 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         for o in picked[:10]
         if math.isfinite(o.predicted) and math.isfinite(true_time.get(o.label, math.inf))
     ]
+    # Whether each of the ten best's true time is within its replays' range, and within
+    # its redrawn sources' range (with --source-draws).
+    drawn = [o for o in picked[:10] if o.source_interval is not None]
+
+    def within(span: tuple[float, float] | None, o: Any) -> bool:
+        return span is not None and span[0] <= true_time.get(o.label, math.inf) <= span[1]
+
+    covered = (
+        f"{sum(within(o.interval, o) for o in drawn)}/{len(drawn)}",
+        f"{sum(within(o.source_interval, o) for o in drawn)}/{len(drawn)}",
+    )
     # The best of the exhaustive search: the lowest median true time of any candidate.
     best = min(exhaustive, key=lambda o: o.predicted)
     # The best eager candidate (what auto with lazy=none chooses among).
@@ -174,6 +192,9 @@ def one(scenario: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
         "tune_seconds": tune_seconds,
         "candidates": len(picked),
         "predicted_over_true": (min(off), max(off)) if off else None,
+        "true_within_replays": covered[0] if drawn else None,
+        "true_within_source_draws": covered[1] if drawn else None,
+        "pick_source_interval": picked[0].source_interval,
     }
 
 
@@ -193,6 +214,13 @@ def main() -> None:
         help="draw the source run's delays with this seed (default: the job's own, 3); the "
         "job, its target, the slow machines and the truth's seeds stay",
     )
+    p.add_argument(
+        "--source-draws",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tune's ten best predicted again on N redrawn sources (tune --source-draws)",
+    )
     p.add_argument("--rounds", type=int, default=250, help="most rounds a candidate may take")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
@@ -209,9 +237,11 @@ def main() -> None:
         "best (s) | pick / best | uncoded / pick | tune took (s) | auto (s) | auto / best | "
         "best not lazy | its time (s) | auto / it | auto from tune | its time (s) | its / best | "
         "tune's top 10: predicted / true |"
+        + (" true within replays' range | within draws' range |" if args.source_draws else "")
     )
     print(
         "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---|"
+        + ("---:|---:|" if args.source_draws else "")
     )
     for n in args.workers or [16, 64]:
         for scenario in args.scenario or list(SCENARIOS):
@@ -227,7 +257,13 @@ def main() -> None:
                 f"{_s(r['best_eager_true'])} | {r['auto_true'] / r['best_eager_true']:.2f} | "
                 f"{r['auto_start']} | {_s(r['tuned_auto_true'])} | "
                 f"{r['tuned_auto_true'] / r['best_true']:.2f} | "
-                f"{_range(r['predicted_over_true'])} |",
+                f"{_range(r['predicted_over_true'])} |"
+                + (
+                    f" {r['true_within_replays']} | {r['true_within_source_draws']} (the "
+                    f"pick's: {_range(r['pick_source_interval'])} s) |"
+                    if args.source_draws
+                    else ""
+                ),
                 flush=True,
             )
     if args.json:

@@ -39,6 +39,7 @@ from codedgd.services.tuning import (
     observe,
     observe_trace,
     parse_tail,
+    redraw,
     search,
     step_sizes,
     tree_shapes,
@@ -1012,3 +1013,68 @@ def test_replays_along_different_losses_are_not_the_same_path() -> None:
     assert not _same_path([replay(dip)])  # one replay shows nothing
     assert not _same_path([replay([0.9, 0.8]), replay([0.9, 0.8])])  # never there
     assert not _same_path([replay([0.9, math.nan, 0.4]), replay([0.9, math.nan, 0.4])])
+
+
+def _drawn(obs: Observations, draws: int) -> list[Outcome]:
+    """The search of _source_12's job over ``obs``'s delays, the two best candidates
+    predicted again on ``draws`` redrawn sources."""
+    source, _ = _source_12()
+    cost = CostModel(seconds_per_sample=1e-5, seconds_per_partition=0.0, decode_seconds=1e-4)
+    target = simulate(source.replace(policy=Component("frc", {"s": 1})), cost).records[-1].loss
+    return search(
+        source, obs, fit_delays(obs).tail, target_loss=target, rounds=40, repeats=2,
+        cost=cost, policies=["uncoded", "frc", "ignore-stragglers"], draws=draws, drawn_top=2,
+    )  # fmt: skip
+
+
+def test_a_redrawn_source_is_the_sources_rounds_drawn_whole() -> None:
+    _, obs = _source_12()
+    drawn = redraw(obs, np.random.default_rng(0))
+    assert drawn.excess.shape == obs.excess.shape
+    # Whole rounds (who was slow together stays together), some twice, some not at all.
+    rows = [int(np.flatnonzero((obs.excess == row).all(axis=1))[0]) for row in drawn.excess]
+    assert np.array_equal(drawn.compute, obs.compute[rows])
+    assert len(set(rows)) < obs.rounds
+
+
+def test_the_top_candidates_are_predicted_again_on_redrawn_sources() -> None:
+    # One source run is one sample of the cluster's delays: the replays' range does not
+    # show how another run would have moved the prediction; the redrawn sources do.
+    _, obs = _source_12()
+    out = _drawn(obs, draws=3)
+    best = [o for o in out if o.reached][:2]
+    assert [len(o.drawn) for o in out] == [3, 3] + [0] * (len(out) - 2) and best == out[:2]
+    assert all(o.source_interval is not None for o in best)
+    assert [o.drawn for o in _drawn(obs, draws=3)[:2]] == [o.drawn for o in best]  # seeded
+    doc = best[0].to_dict()
+    assert doc["source_draws_seconds"] == best[0].drawn
+    assert doc["source_interval_seconds"] == [min(best[0].drawn), max(best[0].drawn)]
+    assert out[2].to_dict()["source_interval_seconds"] is None
+    # They move with the source's luck: a source of 20 rounds of exponential delays.
+    assert any(max(o.drawn) > min(o.drawn) for o in best)
+    # A source whose every round was the same has no luck to redraw: every redrawn source
+    # is the source itself, and so is every prediction.
+    same = observe_trace(np.tile(np.linspace(0.01, 0.12, 12), (20, 1)), 12, 1e-3)
+    for o in _drawn(same, draws=3)[:2]:
+        assert o.drawn == [o.predicted] * 3, o.drawn
+
+
+def test_tune_prints_the_range_over_redrawn_sources_and_refuses_a_negative_count(
+    tmp_path: Path,
+) -> None:
+    source, _ = _source_12()
+    (tmp_path / "src.toml").write_text(_toml(source))
+    done = _cli("simulate", "--config", "src.toml", "-o", "src.json", "--no-progress", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = _cli("tune", "src.json", "--source-draws", "-1", cwd=tmp_path)
+    assert done.returncode != 0 and "--source-draws must be >= 0" in done.stderr
+    assert "Traceback" not in done.stderr
+    args = ("tune", "src.json", "--policy", "frc", "--repeats", "1", "--no-progress", "-j", "1")
+    done = _cli(*args, "--source-draws", "2", "--top", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if line.startswith("| rank"))
+    assert "| over source draws (s) |" in header
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == 1 and rows[0].count("|") == header.count("|")
+    plain = _cli(*args, "--top", "2", cwd=tmp_path)
+    assert "over source draws" not in plain.stdout

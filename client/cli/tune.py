@@ -112,6 +112,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="seeded replays per candidate, for the interval (default 3)",
     )
     p.add_argument(
+        "--source-draws",
+        type=int,
+        default=0,
+        metavar="N",
+        help="predict the --top candidates again on N other sources the cluster could "
+        "have given (the run's rounds drawn with replacement, the delays' law refitted): "
+        "the range of those predictions shows how much the one run's luck moves them, "
+        "which the replays' range does not (a heavy tail over few rounds); N x --top x "
+        "--repeats more simulations, in this process (default 0: none)",
+    )
+    p.add_argument(
         "--jobs",
         "-j",
         type=int,
@@ -198,6 +209,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.repeats < 1 or (args.rounds is not None and args.rounds < 1) or args.top < 1:
         raise ConfigError("--repeats, --rounds and --top must be >= 1")
+    if args.source_draws < 0:
+        raise ConfigError(f"--source-draws must be >= 0 (0: none), got {args.source_draws}")
     if args.jobs < 0:
         raise ConfigError("--jobs must be >= 0 (0: one process per CPU)")
     if (args.results is None) == (args.probe is None):
@@ -310,6 +323,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             link=link,
             jobs=args.jobs,
             steps=steps,
+            draws=args.source_draws,
+            drawn_top=args.top,
         )
     finally:
         bar.close()
@@ -474,21 +489,30 @@ def _table(outcomes: list[Any], total: int) -> None:
     import numpy as np
 
     print(f"\ntop {len(outcomes)} of {total} candidates (simulated, this cluster's delays):")
+    # With --source-draws: the range of its predictions on other draws of the source.
+    drawn = any(o.drawn for o in outcomes)
     print(
-        "| rank | policy | time to target (s) | range (s) | reached | rounds | round (s) "
-        "| computations/round | MB up/round | replication | exact |"
+        "| rank | policy | time to target (s) | range (s) | "
+        + ("over source draws (s) | " if drawn else "")
+        + "reached | rounds | round (s) | computations/round | MB up/round | replication "
+        "| exact |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---:|---|---:|---:|" + ("---:|" if drawn else "") + "---:|" * 6 + "---|")
     for i, o in enumerate(outcomes, start=1):
         if o.error:
-            print(f"| {i} | {o.label} | failed: {o.error[:80]} | | | | | | | | |")
+            blank = "| " * (9 if drawn else 8)
+            print(f"| {i} | {o.label} | failed: {o.error[:80]} {blank}|")
             continue
         lo, hi = o.interval
         finite_rounds = [r for r in o.rounds if math.isfinite(r)]
         rounds = f"{np.median(finite_rounds):.0f}" if finite_rounds else "-"
         d = o.to_dict()
+        over = ""
+        if drawn:
+            span = o.source_interval
+            over = f"{_s(span[0])}-{_s(span[1])} | " if span is not None else "- | "
         print(
-            f"| {i} | {o.label} | {_s(o.predicted)} | {_s(lo)}-{_s(hi)} | "
+            f"| {i} | {o.label} | {_s(o.predicted)} | {_s(lo)}-{_s(hi)} | {over}"
             f"{o.reached}/{len(o.times)} | {rounds} | {d['mean_round_seconds']:.4g} | "
             f"{d['computations_per_round']:.1f} | {d['bytes_up_per_round'] / 1e6:.3g} | "
             f"{o.replication:.2g}x | {'yes' if o.exact else 'no'} |"

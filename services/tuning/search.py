@@ -7,7 +7,11 @@ times, each with a different seeded replay of the recorded delays
 loss is the median over the repeats, with the smallest and largest as the interval; a
 repeat reaches the target at the first round from which its loss stays at or below it for
 :data:`HOLD` rounds (or to the end of the rounds), and one that never does counts as not
-reaching it.
+reaching it. The repeats replay one source run: they do not show how far another run of
+the same cluster would have moved the prediction (a few rounds of a heavy tail are a noisy
+sample of it). With ``draws``, the top candidates are predicted again on that many
+redrawn sources (:func:`redraw`: the source's rounds resampled with replacement, the
+tail refitted), and each gets the range of those predictions.
 
 The cost model: compute is ``seconds_per_sample`` × rows, calibrated from the source run
 (its median compute seconds over the rows a worker computed over in a round: all it
@@ -311,6 +315,8 @@ class Outcome:
     replication: float = 1.0  # copies of each row across the workers
     exact: bool = True
     error: str = ""
+    # Its prediction on each redrawn source (search's ``draws``; empty: not redrawn).
+    drawn: list[float] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -329,6 +335,11 @@ class Outcome:
     def reached(self) -> int:
         return sum(1 for t in self.times if math.isfinite(t))
 
+    @property
+    def source_interval(self) -> tuple[float, float] | None:
+        """The smallest and largest of its predictions on redrawn sources (None: none)."""
+        return (min(self.drawn), max(self.drawn)) if self.drawn else None
+
     def to_dict(self) -> dict[str, Any]:
         finite = [t if math.isfinite(t) else None for t in self.times]
         return {
@@ -346,6 +357,13 @@ class Outcome:
             "replication": self.replication,
             "exact": self.exact,
             "error": self.error,
+            # Its predictions on redrawn sources, and their range (null: not redrawn).
+            "source_draws_seconds": [t if math.isfinite(t) else None for t in self.drawn],
+            "source_interval_seconds": (
+                [v if math.isfinite(v) else None for v in self.source_interval]
+                if self.source_interval is not None
+                else None
+            ),
         }
 
 
@@ -446,8 +464,14 @@ def search(
     hold: int = HOLD,
     jobs: int = 1,
     steps: Sequence[Any] = (),
+    draws: int = 0,
+    drawn_top: int = 5,
 ) -> list[Outcome]:
     """Simulate every candidate ``repeats`` times; the outcomes, best first.
+
+    ``draws``: predict the best ``drawn_top`` candidates that reached the target again
+    on that many redrawn sources (:func:`redraw`), each ``repeats`` times, in this
+    process; their :attr:`Outcome.drawn`.
 
     ``steps``: the step sizes to run each candidate at (:func:`step_sizes`: numbers,
     "auto" = 1/L, "F/L"); none: the source's own. Given, each outcome's
@@ -476,6 +500,8 @@ def search(
         )
     if repeats < 1 or rounds < 1 or hold < 1:
         raise ConfigError("tune needs --repeats >= 1 and --rounds >= 1 (and hold >= 1)")
+    if draws < 0 or drawn_top < 1:
+        raise ConfigError("tune needs --source-draws >= 0 (and --top >= 1)")
     n = source.workers
     if obs.n_workers != n:
         raise ConfigError(
@@ -513,14 +539,7 @@ def search(
         step_shown=bool(steps),
     )
     configs = [
-        source.replace(
-            policy=c,
-            rounds=rounds,
-            target_loss=None,
-            eval_every=1,
-            partitions=0,
-            optimizer={**source.optimizer, "lr": lr},
-        )
+        _config(source, c, lr, rounds)
         for c in candidates(n, policies, speeds=1.0 / obs.load_slowness())
         for lr in lrs
     ]
@@ -530,7 +549,48 @@ def search(
     else:
         outcomes = [trial.run(config, on_step, delays) for config in configs]
     outcomes.sort(key=lambda o: (o.error != "", -o.reached, o.predicted))
+    if draws:
+        best = [o for o in outcomes if o.reached and not o.error][:drawn_top]
+        rng = np.random.default_rng([source.seed, 0x64726177])  # "draw"
+        for _ in range(draws):
+            drawn = redraw(obs, rng)
+            try:
+                again = dataclasses.replace(trial, obs=drawn, tail=fit_delays(drawn).tail)
+            except ConfigError:
+                continue  # (too few distinct values left to fit: a draw of no use)
+            for o in best:
+                config = _config(source, o.policy, o.lr, rounds)
+                o.drawn.append(again.run(config, on_step).predicted)
     return outcomes
+
+
+def _config(source: JobConfig, policy: Component, lr: Any, rounds: int) -> JobConfig:
+    """The source job as a candidate runs it: ``policy`` at step ``lr``, ``rounds``
+    rounds, no target (the search reads the loss), evaluated every round."""
+    return source.replace(
+        policy=policy,
+        rounds=rounds,
+        target_loss=None,
+        eval_every=1,
+        partitions=0,
+        optimizer={**source.optimizer, "lr": lr},
+    )
+
+
+def redraw(obs: Observations, rng: np.random.Generator, tries: int = 20) -> Observations:
+    """Another source the cluster could have given: ``obs``'s rounds drawn with
+    replacement, as many as it has (whole rounds: who was slow together stays together),
+    such that every worker keeps a value. A source of few rounds of a heavy tail holds
+    its largest delays in a few rounds, which a draw holds more or less often."""
+    for _ in range(tries):
+        rows = rng.integers(0, obs.rounds, size=obs.rounds)
+        if not np.isnan(obs.excess[rows]).all(axis=0).any():
+            break
+    else:
+        rows = np.arange(obs.rounds)  # (workers seldom seen: the source itself)
+    return dataclasses.replace(
+        obs, excess=obs.excess[rows], censored=obs.censored[rows], compute=obs.compute[rows]
+    )
 
 
 @dataclass(frozen=True)
