@@ -880,6 +880,18 @@ def test_a_search_in_several_processes_finds_what_one_process_finds() -> None:
     assert [o.to_dict() for o in two] == [o.to_dict() for o in one]
     assert len(one) >= 5 and any(o.reached for o in one) and not any(o.error for o in one)
     assert sorted(steps[1]) == sorted(steps[0]) and len(steps[0]) == 2 * len(one)
+    # So do the predictions on redrawn sources (--source-draws), run in the processes too.
+    drawn = [
+        [
+            o.drawn
+            for o in search(
+                source, obs, tail, target_loss=target, rounds=40, repeats=2, cost=cost,
+                policies=["frc"], jobs=jobs, draws=2, drawn_top=2,
+            )
+        ]
+        for jobs in (1, 2)
+    ]  # fmt: skip
+    assert drawn[0] == drawn[1] and [len(d) for d in drawn[0][:2]] == [2, 2]
 
 
 def test_tune_refuses_a_negative_number_of_processes(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "have given (the run's rounds drawn with replacement, the delays' law refitted): "
         "the range of those predictions shows how much the one run's luck moves them, "
         "which the replays' range does not (a heavy tail over few rounds); N x --top x "
-        "--repeats more simulations, in this process (default 0: none)",
+        "--repeats more simulations (default 0: none)",
     )
     p.add_argument(
         "--jobs",

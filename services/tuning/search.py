@@ -470,8 +470,8 @@ def search(
     """Simulate every candidate ``repeats`` times; the outcomes, best first.
 
     ``draws``: predict the best ``drawn_top`` candidates that reached the target again
-    on that many redrawn sources (:func:`redraw`), each ``repeats`` times, in this
-    process; their :attr:`Outcome.drawn`.
+    on that many redrawn sources (:func:`redraw`), each ``repeats`` times (in ``jobs``
+    processes too); their :attr:`Outcome.drawn`.
 
     ``steps``: the step sizes to run each candidate at (:func:`step_sizes`: numbers,
     "auto" = 1/L, "F/L"); none: the source's own. Given, each outcome's
@@ -544,14 +544,17 @@ def search(
         for lr in lrs
     ]
     jobs = jobs or _cpus()
-    if jobs > 1 and delays is None and len(configs) > 1:
-        outcomes = _in_processes(trial, configs, jobs, on_step)
+    parallel = jobs > 1 and delays is None
+    if parallel and len(configs) > 1:
+        outcomes = _in_processes([(trial, c) for c in configs], jobs, on_step)
     else:
         outcomes = [trial.run(config, on_step, delays) for config in configs]
     outcomes.sort(key=lambda o: (o.error != "", -o.reached, o.predicted))
     if draws:
         best = [o for o in outcomes if o.reached and not o.error][:drawn_top]
         rng = np.random.default_rng([source.seed, 0x64726177])  # "draw"
+        runs: list[tuple[_Trial, JobConfig]] = []
+        owners: list[Outcome] = []
         for _ in range(draws):
             drawn = redraw(obs, rng)
             try:
@@ -559,8 +562,14 @@ def search(
             except ConfigError:
                 continue  # (too few distinct values left to fit: a draw of no use)
             for o in best:
-                config = _config(source, o.policy, o.lr, rounds)
-                o.drawn.append(again.run(config, on_step).predicted)
+                runs.append((again, _config(source, o.policy, o.lr, rounds)))
+                owners.append(o)
+        if parallel and len(runs) > 1:
+            redone = _in_processes(runs, jobs, on_step)
+        else:
+            redone = [again.run(config, on_step) for again, config in runs]
+        for o, outcome in zip(owners, redone, strict=True):
+            o.drawn.append(outcome.predicted)
     return outcomes
 
 
@@ -714,16 +723,16 @@ def _quiet() -> None:
 
 
 def _in_processes(
-    trial: _Trial, configs: list[JobConfig], jobs: int, on_step: Callable[[str], None] | None
+    runs: list[tuple[_Trial, JobConfig]], jobs: int, on_step: Callable[[str], None] | None
 ) -> list[Outcome]:
-    """:meth:`_Trial.run` of every config in ``jobs`` spawned processes; the outcomes in
-    the configs' order (a tie is then broken as the serial search breaks it)."""
+    """:meth:`_Trial.run` of every (trial, config) in ``jobs`` spawned processes; the
+    outcomes in the runs' order (a tie is then broken as the serial search breaks it)."""
     context = multiprocessing.get_context("spawn")  # no fork of the caller's threads
-    processes = min(jobs, len(configs))
+    processes = min(jobs, len(runs))
     pool = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_quiet)
     try:
         with _blas_threads(max(1, _cpus() // processes)):  # (the processes start here)
-            futures = {pool.submit(trial.run, config): i for i, config in enumerate(configs)}
+            futures = {pool.submit(trial.run, config): i for i, (trial, config) in enumerate(runs)}
         done: dict[int, Outcome] = {}
         for future in as_completed(futures):
             try:
@@ -736,8 +745,8 @@ def _in_processes(
                 ) from exc
             done[futures[future]] = outcome
             if on_step is not None:
-                for rep in range(trial.repeats):
+                for rep in range(runs[futures[future]][0].repeats):
                     on_step(f"{outcome.label} #{rep + 1}")
-        return [done[i] for i in range(len(configs))]
+        return [done[i] for i in range(len(runs))]
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
