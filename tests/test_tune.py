@@ -1090,3 +1090,25 @@ def test_tune_prints_the_range_over_redrawn_sources_and_refuses_a_negative_count
     assert len(rows) == 1 and rows[0].count("|") == header.count("|")
     plain = _cli(*args, "--top", "2", cwd=tmp_path)
     assert "over source draws" not in plain.stdout
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [["ring-allreduce"], ["codedreduce", "--param", "fanout=2"], ["tree", "--param", "fanout=2"]],
+)
+def test_tune_refuses_a_run_of_a_worker_to_worker_topology_saying_why(
+    policy: list[str], tmp_path: Path
+) -> None:
+    # A ring's workers report when the whole ring is done, a tree's through their
+    # parents: the file holds no worker's own delay. Fitted as it was (until 2026-11-30),
+    # a codedreduce run of six workers gave 100 of its 120 values as cancelled at the
+    # round's end, and a ring's were every worker at its round's slowest.
+    done = _cli(
+        "simulate", "-n", "6", "--policy", *policy, "-r", "8", "--stragglers", "exponential",
+        "-o", "src.json", "--no-progress", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = _cli("tune", "src.json", "--no-progress", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"src.json is a run of {policy[0]}" in done.stderr
+    assert "--probe JOB.toml --coordinator HOST:PORT" in done.stderr

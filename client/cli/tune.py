@@ -205,7 +205,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         search,
         step_sizes,
     )
-    from codedgd.services.tuning.search import HOLD
+    from codedgd.services.tuning.search import HOLD, TOPOLOGIES
 
     if args.repeats < 1 or (args.rounds is not None and args.rounds < 1) or args.top < 1:
         raise ConfigError("--repeats, --rounds and --top must be >= 1")
@@ -248,6 +248,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # What a written job is made from: the job itself. A probe's result file holds the
     # probe (uncoded, --probe-rounds rounds, no target); the user's job is JOB.toml.
     job = JobConfig.from_toml(args.probe) if args.probe is not None else source
+    if source.policy.name in TOPOLOGIES and not args.trace:
+        # A ring's workers report when the whole ring is done (each its round's slowest),
+        # a tree's only through their parents (the coordinator hears the top level): the
+        # file holds no worker's own delays, and a fit of it would be of the topology.
+        raise ConfigError(
+            f"{args.results} is a run of {source.policy.name}: its workers pass their "
+            "gradients to each other, and the coordinator does not record each worker's "
+            "own delay; tune from a run where the coordinator hears every worker (uncoded, "
+            "say, on the same pool), probe the pool (--probe JOB.toml --coordinator "
+            "HOST:PORT), or give a delay trace (--trace)"
+        )
     obs = observe(records, n)
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
