@@ -1062,6 +1062,11 @@ def test_the_top_candidates_are_predicted_again_on_redrawn_sources() -> None:
     assert doc["source_draws_seconds"] == best[0].drawn
     assert doc["source_interval_seconds"] == [min(best[0].drawn), max(best[0].drawn)]
     assert out[2].to_dict()["source_interval_seconds"] is None
+    with pytest.raises(ConfigError, match="given delays"):  # (an exhaustive search's)
+        search(
+            *_source_12(), fit_delays(obs).tail, target_loss=-1.0, rounds=4, repeats=1,
+            draws=1, delays=lambda rep: create_straggler_model("none", {}, seed=0, n_workers=12),
+        )  # fmt: skip
     # They move with the source's luck: a source of 20 rounds of exponential delays.
     assert any(max(o.drawn) > min(o.drawn) for o in best)
     # A source whose every round was the same has no luck to redraw: every redrawn source

@@ -502,6 +502,8 @@ def search(
         raise ConfigError("tune needs --repeats >= 1 and --rounds >= 1 (and hold >= 1)")
     if draws < 0 or drawn_top < 1:
         raise ConfigError("tune needs --source-draws >= 0 (and --top >= 1)")
+    if draws and delays is not None:
+        raise ConfigError("draws redraw the replayed source: they do not go with given delays")
     n = source.workers
     if obs.n_workers != n:
         raise ConfigError(
@@ -567,7 +569,7 @@ def search(
         if parallel and len(runs) > 1:
             redone = _in_processes(runs, jobs, on_step)
         else:
-            redone = [again.run(config, on_step) for again, config in runs]
+            redone = [redrawn.run(config, on_step) for redrawn, config in runs]
         for o, outcome in zip(owners, redone, strict=True):
             o.drawn.append(outcome.predicted)
     return outcomes
