@@ -9,8 +9,9 @@ import pytest
 from codedgd.services.coordinator import job_run
 from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
-from codedgd.services.coordinator.sessions import Sessions
+from codedgd.services.coordinator.sessions import Sessions, WorkerSession
 from codedgd.services.job import JobConfig
+from codedgd.services.proto import codedgd_pb2 as pb
 
 
 async def test_a_change_published_before_the_waiting_task_runs_is_not_missed() -> None:
@@ -63,3 +64,37 @@ async def test_a_cancel_while_the_job_lets_its_replacer_go_ends_it_cancelled(
     task.cancel()  # what CoordinatorService.cancel does
     await asyncio.wait_for(task, 5)
     assert job.state == "cancelled"
+
+
+class _Tree:
+    """The data plane of a tree whose worker 1 is the parent of workers 3 and 4."""
+
+    def peers(self, index: int) -> set[int]:
+        return {0, 3, 4} if index == 1 else {1}
+
+
+async def test_a_failed_link_to_a_places_former_holder_costs_the_newcomer_nothing() -> None:
+    """A parent's link to a killed leaf may fail only after a newcomer took the leaf's
+    place (the report crosses the PeerUpdate): it names the old address, and the
+    newcomer keeps its place. The same report naming the newcomer's address loses it."""
+    job = JobRun("j", JobConfig(), Sessions(), CoordinatorMetrics())
+    sessions = [
+        WorkerSession(id=i + 1, name=f"w{i}", peer="", has_data_dir=False, peer_address=f"h:{i}")
+        for i in range(5)
+    ]
+    job.places.take_all(sessions)
+    job._plane = _Tree()  # type: ignore[assignment]
+    newcomer = WorkerSession(id=9, name="w9", peer="", has_data_dir=False, peer_address="h:9")
+    newcomer.job_id, newcomer.index = "j", 4
+    job.places.holders[4] = newcomer  # it took the place of the killed w4 (at h:4)
+
+    def report(address: str) -> pb.PeerFailure:
+        return pb.PeerFailure(job_id="j", round=5, peer=4, reason="Socket closed", address=address)
+
+    job.peer_failure(sessions[1], report("h:4"))
+    assert not job.places.lost
+    job.peer_failure(sessions[1], report(""))  # a worker that names no address: as before
+    assert job.places.lost == {4}
+    job.places.lost.clear()
+    job.peer_failure(sessions[1], report("h:9"))
+    assert job.places.lost == {4}

@@ -210,6 +210,21 @@ class JobRun:
             return
         target = self.places[peer]
         reason = printable(failure.reason)
+        if failure.address and failure.address != target.peer_address:
+            # The link that failed went to a former holder of the place (the report
+            # crossed the PeerUpdate that named the newcomer): the newcomer is not at fault.
+            log.info(
+                "job %s: %s reports a link to worker %d at %s failed, but %s holds the "
+                "place now, at %s: ignored (%s)",
+                self.id,
+                session.label,
+                peer,
+                printable(failure.address),
+                target.label,
+                target.peer_address or "(no address)",
+                reason,
+            )
+            return
         if failure.silent:  # the round loop weighs who waits for whom
             log.info(
                 "job %s: %s has waited %.1f s for %s (round %d, attempt %d): %s",

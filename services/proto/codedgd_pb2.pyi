@@ -244,7 +244,7 @@ class Shutdown(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., restarting: _Optional[bool] = ...) -> None: ...
 
 class PeerFailure(_message.Message):
-    __slots__ = ("job_id", "round", "peer", "reason", "silent", "attempt", "waited_seconds", "received")
+    __slots__ = ("job_id", "round", "peer", "reason", "silent", "attempt", "waited_seconds", "received", "address")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
@@ -253,6 +253,7 @@ class PeerFailure(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     peer: int
@@ -261,7 +262,8 @@ class PeerFailure(_message.Message):
     attempt: int
     waited_seconds: float
     received: int
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[int] = ..., reason: _Optional[str] = ..., silent: _Optional[bool] = ..., attempt: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., received: _Optional[int] = ...) -> None: ...
+    address: str
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., peer: _Optional[int] = ..., reason: _Optional[str] = ..., silent: _Optional[bool] = ..., attempt: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., received: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
 
 class WorkerError(_message.Message):
     __slots__ = ("job_id", "round", "message")

@@ -44,8 +44,8 @@ peer_frame = frame_reader(pb.PeerData, PEER_TENSOR_PATHS)
 
 # What the ring and tree code is told about a frame from a peer.
 Receive = Callable[[pb.PeerData, memoryview | None], None]
-# A link to ``peer`` failed: (peer, reason).
-OnFailure = Callable[[int, str], None]
+# A link to ``peer`` failed: (peer, the address it was dialled at or "" if none, reason).
+OnFailure = Callable[[int, str, str], None]
 # ``peer`` refused what this worker pushed (its own fault): (peer, reason).
 OnRefused = Callable[[int, str], None]
 # Status codes by which a peer refuses the pushes themselves, not the link: the sender
@@ -116,7 +116,7 @@ class GrpcPeerLinks:
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._queues[peer] = queue
         if not address:
-            self.on_failure(peer, "no address known for this peer")
+            self.on_failure(peer, "", "no address known for this peer")
             return queue
         channel = self.security.channel(address, options=GRPC_OPTIONS)
         self._channels[peer] = channel
@@ -155,21 +155,23 @@ class GrpcPeerLinks:
                 f"link to worker {peer} at {address} failed: {exc.code().name}: {exc.details()}"
             )
             log.warning("%s", reason)
+            if self.addresses.get(peer) != address:
+                return  # the peer has a new holder already: this was its former one's link
             if exc.code() == grpc.StatusCode.INTERNAL and self.on_refused is not None:
                 if peer in self._refused_by:
                     return  # it refused this worker's pushes already: that is the fault
                 if peer not in self._ambiguous:
                     loop = asyncio.get_running_loop()
                     self._ambiguous[peer] = loop.call_later(
-                        AMBIGUOUS_GRACE_SECONDS, self._failed_late, peer, reason
+                        AMBIGUOUS_GRACE_SECONDS, self._failed_late, peer, address, reason
                     )
                 return
-            self.on_failure(peer, reason)
+            self.on_failure(peer, address, reason)
 
-    def _failed_late(self, peer: int, reason: str) -> None:
+    def _failed_late(self, peer: int, address: str, reason: str) -> None:
         """An INTERNAL end that no clean refusal explained: the link failed after all."""
         if self._ambiguous.pop(peer, None) is not None:
-            self.on_failure(peer, reason)
+            self.on_failure(peer, address, reason)
 
     def _drop(self, peer: int) -> None:
         self._queues.pop(peer, None)
@@ -185,6 +187,10 @@ class GrpcPeerLinks:
             if self.addresses.get(peer) == address:
                 continue
             self.addresses[peer] = address
+            held = self._ambiguous.pop(peer, None)
+            if held is not None:
+                held.cancel()  # a doubt about the former holder's link: moot now
+            self._refused_by.discard(peer)
             task = self._calls.get(peer)
             if task is not None:
                 task.cancel()
@@ -236,7 +242,7 @@ class LocalPeerLinks:
         loop = asyncio.get_running_loop()
         for raw in frames:
             if peer in self.broken or peer not in self.network:
-                loop.call_soon(self.on_failure, peer, f"link to worker {peer} failed: injected")
+                loop.call_soon(self.on_failure, peer, "", f"link to worker {peer} failed: injected")
                 return
             frame = peer_frame(raw)
             if isinstance(frame, WireError):

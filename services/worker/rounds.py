@@ -36,7 +36,7 @@ from codedgd.services.wire import Assembler, BufferPool, to_array
 from codedgd.services.worker.assignment import PartitionIntake, build
 from codedgd.services.worker.corrupt import Corruption
 from codedgd.services.worker.peer_faults import PeerFault
-from codedgd.services.worker.peers import PeerLinks
+from codedgd.services.worker.peers import OnFailure, OnRefused, PeerLinks
 from codedgd.services.worker.ring import RingRounds
 from codedgd.services.worker.topology import TopologyContext
 from codedgd.services.worker.tree import TreeRounds
@@ -74,9 +74,7 @@ class Job:
 
 # Links to a job's peers: (peer addresses by index, the job's credential, on a link's
 # failure, on a peer's refusal of this worker's pushes).
-LinksFactory = Callable[
-    [Mapping[int, str], str, Callable[[int, str], None], Callable[[int, str], None]], PeerLinks
-]
+LinksFactory = Callable[[Mapping[int, str], str, OnFailure, OnRefused], PeerLinks]
 
 PeerRounds = RingRounds | TreeRounds
 
@@ -195,11 +193,15 @@ class Rounds:
         assert job.computer is not None
         addresses = {int(p.index): p.address for p in topology.peers}
 
-        def failed(peer: int, reason: str) -> None:
+        def failed(peer: int, address: str, reason: str) -> None:
             self._send(
                 pb.WorkerMessage(
                     peer_failure=pb.PeerFailure(
-                        job_id=job.job_id, round=max(job.theta_round, 0), peer=peer, reason=reason
+                        job_id=job.job_id,
+                        round=max(job.theta_round, 0),
+                        peer=peer,
+                        reason=reason,
+                        address=address,
                     )
                 )
             )

@@ -55,7 +55,7 @@ async def _push_twice(
         {1: f"127.0.0.1:{port}"},
         "credential",
         Security(),
-        on_failure=lambda peer, why: failed.append(why),
+        on_failure=lambda peer, address, why: failed.append(why),
         on_refused=lambda peer, why: refused.append(why),
     )
     try:
@@ -95,3 +95,41 @@ async def test_an_internal_end_that_nothing_explains_is_a_failed_link(
     failed, refused, _ = await _push_twice([grpc.StatusCode.INTERNAL], 0.2, monkeypatch)
     assert refused == []
     assert len(failed) == 1 and "failed: INTERNAL" in failed[0]  # once, after the grace
+
+
+async def test_a_failed_link_names_the_address_it_dialled_and_a_new_holder_ends_the_doubt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report names the address, so the coordinator can tell a former holder's link
+    from the newcomer's; an INTERNAL end still in doubt when the peer gets a new holder
+    (PeerUpdate) is about the former holder, and is never reported."""
+    monkeypatch.setattr(peers, "AMBIGUOUS_GRACE_SECONDS", 0.3)
+    server, port, _ = await _server([grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL])
+    failed: list[tuple[int, str]] = []
+    old = f"127.0.0.1:{port}"
+    links = GrpcPeerLinks(
+        {1: old},
+        "credential",
+        Security(),
+        on_failure=lambda peer, address, why: failed.append((peer, address)),
+        on_refused=lambda peer, why: None,
+    )
+    try:
+        links.send(1, [b"frame"])
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if failed:
+                break
+        assert failed == [(1, old)]
+        links.send(1, [b"frame"])  # the second call ends INTERNAL: in doubt for 0.3 s
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if 1 in links._ambiguous:
+                break
+        assert 1 in links._ambiguous
+        links.update({1: "127.0.0.1:9"})  # a newcomer holds place 1 now
+        await asyncio.sleep(0.6)
+        assert failed == [(1, old)]
+    finally:
+        await links.close()
+        await server.stop(0)

@@ -70,7 +70,7 @@ class _Cluster:
         self.delays = _Delays(delays or {})
 
     def _failed(self, w: int):  # type: ignore[no-untyped-def]
-        return lambda peer, reason: self.failures.append((w, peer, reason))
+        return lambda peer, address, reason: self.failures.append((w, peer, reason))
 
     def _refused(self, w: int):  # type: ignore[no-untyped-def]
         return lambda peer, reason: self.refused.append((w, peer, reason))
