@@ -90,6 +90,8 @@ def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
         attempts=record.attempts,
         restarts=list(record.restarts),
         cancelled_seconds={int(w): float(s) for w, s in record.cancelled_seconds.items()},
+        ready_seconds={int(w): float(s) for w, s in record.ready_seconds.items()},
+        left_out_seconds={int(w): float(s) for w, s in record.left_out_seconds.items()},
     )
 
 
@@ -121,6 +123,8 @@ def record_from_pb(m: pb.RoundReport) -> RoundRecord:
         attempts=int(m.attempts) or 1,
         restarts=tuple(m.restarts),
         cancelled_seconds={int(w): float(s) for w, s in m.cancelled_seconds.items()},
+        ready_seconds={int(w): float(s) for w, s in m.ready_seconds.items()},
+        left_out_seconds={int(w): float(s) for w, s in m.left_out_seconds.items()},
     )
 
 

@@ -70,6 +70,16 @@ class RoundRecord:
     # (files of older versions, ring and tree rounds), where the round's wait_seconds is
     # every cancelled worker's bound.
     cancelled_seconds: Mapping[int, float] = field(default_factory=dict)
+    # Ring and tree rounds: worker → seconds from θ_t complete at the worker to its own
+    # message ready (compute plus straggling; the worker's WorkerTiming), for every
+    # worker whose message reached the coordinator (in a tree, inside a sum). Their
+    # compute seconds are in worker_compute_seconds. Empty for star rounds and files of
+    # versions before 2026-11-30.
+    ready_seconds: Mapping[int, float] = field(default_factory=dict)
+    # Tree rounds: a leaf the round left out (its parent summed siblings of it, not it)
+    # → a lower bound on its own time: the longest of those siblings' ready_seconds
+    # (TreeShape.left_out_bounds). What tune takes as a censored value.
+    left_out_seconds: Mapping[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         # Field by field, not asdict: its deep copy of the timing maps, replaced below
@@ -113,7 +123,13 @@ class RoundRecord:
         return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
 
 
-_TIMING_MAPS = ("response_seconds", "worker_compute_seconds", "cancelled_seconds")
+_TIMING_MAPS = (
+    "response_seconds",
+    "worker_compute_seconds",
+    "cancelled_seconds",
+    "ready_seconds",
+    "left_out_seconds",
+)
 _FLOATS = tuple(f.name for f in fields(RoundRecord) if f.type == "float")
 
 

@@ -56,6 +56,29 @@ def check_chunk_bytes(value: int) -> None:
         )
 
 
+def check_timings(timings: Sequence[pb.WorkerTiming], sender: int, below: Sequence[int]) -> None:
+    """WorkerTiming entries of a ring or tree message (Result.timings, PeerData.timings):
+    each of the sender or a worker it names below it, once, with finite seconds,
+    0 <= compute_seconds <= ready_seconds. Raises WireError naming the first bad one."""
+    allowed = {sender, *below}
+    seen: set[int] = set()
+    for timing in timings:
+        worker, compute, ready = int(timing.worker), timing.compute_seconds, timing.ready_seconds
+        if worker not in allowed:
+            raise WireError(
+                f"a timing of worker {worker}, which is neither the sender ({sender}) nor "
+                "one of the contributors it names"
+            )
+        if worker in seen:
+            raise WireError(f"two timings of worker {worker}")
+        seen.add(worker)
+        if not (math.isfinite(compute) and math.isfinite(ready) and 0 <= compute <= ready):
+            raise WireError(
+                f"worker {worker}'s timing is not 0 <= compute_seconds <= ready_seconds "
+                f"(finite): compute {compute!r}, ready {ready!r}"
+            )
+
+
 def framed(envelope: Message, path: Path, data: bytes | memoryview) -> bytes:
     """``envelope`` serialized with its chunk's ``data`` on ``path``, aligned for the receiver.
 

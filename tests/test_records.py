@@ -35,6 +35,8 @@ def _record() -> RoundRecord:
         excluded={2: "left out by worker 0: slower than the 2 siblings it decoded"},
         attempts=2,
         restarts=("attempt 0: worker 2 silent: worker 3 waited 7.5 s for its data",),
+        ready_seconds={0: 0.25, 1: 0.5, 3: 0.125},
+        left_out_seconds={2: 0.5},
     )
 
 
@@ -43,6 +45,7 @@ def test_excluded_attempts_and_restarts_survive_json_csv_and_the_wire(tmp_path: 
     write_results(tmp_path / "r.json", {"job": {}}, [r], {})
     back = read_results(tmp_path / "r.json")[1][0]
     assert (back.excluded, back.attempts, back.restarts) == (r.excluded, 2, r.restarts)
+    assert (back.ready_seconds, back.left_out_seconds) == (r.ready_seconds, {2: 0.5})
     assert RoundRecord.from_dict(json.loads(json.dumps(r.to_dict()))) == r  # records.jsonl
     assert record_from_pb(record_to_pb(r, "j")) == r
     write_results(tmp_path / "r.csv", {}, [r], {})

@@ -1101,19 +1101,105 @@ def test_tune_prints_the_range_over_redrawn_sources_and_refuses_a_negative_count
     "policy",
     [["ring-allreduce"], ["codedreduce", "--param", "fanout=2"], ["tree", "--param", "fanout=2"]],
 )
-def test_tune_refuses_a_run_of_a_worker_to_worker_topology_saying_why(
+def test_tune_fits_a_topology_run_from_its_workers_own_times_over_the_stated_links(
     policy: list[str], tmp_path: Path
 ) -> None:
-    # A ring's workers report when the whole ring is done, a tree's through their
-    # parents: the file holds no worker's own delay. Fitted as it was (until 2026-11-30),
-    # a codedreduce run of six workers gave 100 of its 120 values as cancelled at the
-    # round's end, and a ring's were every worker at its round's slowest.
+    """A ring's workers report when the whole ring is done, a tree's through their
+    parents: the arrivals are the topology's. Each worker's own time from θ to its message
+    comes along (ready_seconds) and is what tune fits; it holds no network time, so the
+    links must be stated. A file without those times (before 2026-11-30) is refused:
+    fitted from its arrivals, a codedreduce run of six workers gave 100 of its 120 values
+    as cancelled at the round's end."""
+    # codedreduce with fanout 2 and s = 1: each parent sums one child of two, and the
+    # root one of its two level-1 nodes; a worker is timed in fewer rounds.
+    rounds = "30" if policy[0] == "codedreduce" else "8"
     done = _cli(
-        "simulate", "-n", "6", "--policy", *policy, "-r", "8", "--stragglers", "exponential",
-        "-o", "src.json", "--no-progress", cwd=tmp_path,
+        "simulate", "-n", "6", "--policy", *policy, "-r", rounds, "--stragglers",
+        "exponential", "-o", "src.json", "--no-progress", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "src.json").read_text())
+    for record in doc["rounds"]:
+        ready = {int(w): s for w, s in record["ready_seconds"].items()}
+        compute = {int(w): s for w, s in record["worker_compute_seconds"].items()}
+        assert set(ready) == set(record["workers_used"])  # everyone whose message counted
+        assert all(ready[w] >= compute[w] >= 0 for w in ready)
+        # A leaf its parent left out: bounded by the siblings it used (here one).
+        for w, bound in record["left_out_seconds"].items():
+            sibling = int(w) + 1 if int(w) % 2 == 0 else int(w) - 1  # leaves 2,3 and 4,5
+            assert bound == ready[sibling] and int(w) not in ready
     done = _cli("tune", "src.json", "--no-progress", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"src.json is a run of {policy[0]}" in done.stderr
+    assert "--link-latency SECONDS --link-bandwidth BYTES_PER_S" in done.stderr
+    links = ["--link-latency", "0.0002", "--link-bandwidth", "1.25e9"]
+    done = _cli(
+        "tune", "src.json", "--no-progress", "--repeats", "1",
+        "--policy", "uncoded", "--policy", policy[0], *links, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"a {policy[0]} run: each worker's own time" in done.stdout
+    censored = int(done.stdout.split(" censored")[0].rsplit("(", 1)[1])
+    # Own times, not the arrivals at the round's end; only codedreduce leaves leaves out.
+    assert (censored > 0) == (policy[0] == "codedreduce"), done.stdout
+    for record in doc["rounds"]:
+        record.pop("ready_seconds")  # as a file of an older version
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    done = _cli("tune", "old.json", *links, "--no-progress", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"old.json is a run of {policy[0]} recorded without its workers' own" in done.stderr
     assert "--probe JOB.toml --coordinator HOST:PORT" in done.stderr
+
+
+def test_a_topology_runs_timings_are_the_workers_own_and_put_the_network_on_the_links() -> None:
+    """observe() takes ready − compute of each timed worker, censors a leaf its parent
+    left out at its bound less the round's compute, and leaves an inner node left out
+    unobserved; search() then charges every candidate, the star's too, the stated link."""
+    rounds = [
+        _record(t, {0: 0.5, 1: 0.5})  # the reporters' arrivals: the topology's
+        for t in range(6)
+    ]
+    rounds = [
+        dataclasses.replace(
+            r,
+            cancelled=0,
+            ready_seconds={0: 0.125 + t, 1: 0.25, 2: 0.375},
+            worker_compute_seconds={0: 0.125, 1: 0.125, 2: 0.125},
+        )
+        for t, r in enumerate(rounds)
+    ]
+    rounds[2] = dataclasses.replace(rounds[2], ready_seconds={0: 2.125, 1: 0.25})
+    rounds[3] = dataclasses.replace(
+        rounds[3], ready_seconds={0: 3.125, 1: 0.25}, left_out_seconds={2: 0.625}
+    )
+    obs = observe(rounds, 3)
+    np.testing.assert_array_equal(obs.excess[:, 1], 0.125)
+    np.testing.assert_array_equal(obs.excess[:, 0], np.arange(6.0))
+    assert np.isnan(obs.excess[2, 2])  # an inner node left out: no bound on its own time
+    assert obs.excess[3, 2] == 0.5 and obs.censored[3, 2]  # a leaf left out: censored
+    assert obs.censored.sum() == 1
+    never = [
+        dataclasses.replace(r, ready_seconds={0: 0.5, 1: 0.5}, left_out_seconds={}) for r in rounds
+    ]
+    with pytest.raises(ConfigError, match=r"workers \[2\] .* timed in none of the 6 rounds"):
+        observe(never, 3)
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+    with pytest.raises(ConfigError, match="hold no network time"):
+        search(
+            source, obs, tail, target_loss=-1.0, rounds=4, repeats=1, policies=["uncoded"],
+            network_in_delays=False,
+        )  # fmt: skip
+
+    def uncoded(link: Link, network_in_delays: bool) -> float:
+        [out] = search(
+            source, obs, tail, target_loss=-1.0, rounds=4, repeats=1, policies=["uncoded"],
+            link=link, network_in_delays=network_in_delays,
+        )  # fmt: skip
+        return float(np.mean(out.round_seconds))
+
+    free = uncoded(Link(0.0, math.inf), False)
+    # 50 ms a message: θ down and the gradient up cost a star round 0.1 s more, where
+    # the delays hold no network time; where they do (a star source), nothing more.
+    assert uncoded(Link(0.05, math.inf), False) == pytest.approx(free + 0.1, abs=0.01)
+    assert uncoded(Link(0.05, math.inf), True) == pytest.approx(free, rel=1e-2)

@@ -138,3 +138,24 @@ def test_a_float_tensor_with_nan_or_inf_is_refused_before_it_is_used() -> None:
     assert np.array_equal(into[:5], np.arange(5.0)) and not into[5:].any()
     # Integers are never "not finite", and the default takes floats as they are.
     assert Assembler("y").add(next(tensor_chunks("y", values))) is not None
+
+
+def test_a_ring_or_tree_messages_timings_are_checked_before_they_are_recorded() -> None:
+    """Each timing is of the sender or a contributor it names, once, with finite
+    0 <= compute <= ready: what tune would fit from is never taken absurd."""
+    from codedgd.services.wire import check_timings
+
+    def timing(w: int, compute: float = 0.1, ready: float = 0.2) -> pb.WorkerTiming:
+        return pb.WorkerTiming(worker=w, compute_seconds=compute, ready_seconds=ready)
+
+    check_timings([timing(3), timing(5), timing(4, 0.0, 0.0)], 3, [4, 5])  # all good
+    check_timings([], 3, [4, 5])  # a star's result, or a worker of an older version
+    for bad, why in [
+        ([timing(6)], "worker 6, which is neither the sender"),
+        ([timing(4), timing(4)], "two timings of worker 4"),
+        ([timing(4, 0.3, 0.2)], "compute 0.3, ready 0.2"),
+        ([timing(4, -1.0)], "compute -1.0"),
+        ([timing(4, 0.1, float("nan"))], "ready nan"),
+    ]:
+        with pytest.raises(WireError, match=why):
+            check_timings(bad, 3, [4, 5])

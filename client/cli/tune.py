@@ -248,16 +248,26 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # What a written job is made from: the job itself. A probe's result file holds the
     # probe (uncoded, --probe-rounds rounds, no target); the user's job is JOB.toml.
     job = JobConfig.from_toml(args.probe) if args.probe is not None else source
-    if source.policy.name in TOPOLOGIES and not args.trace:
-        # A ring's workers report when the whole ring is done (each its round's slowest),
-        # a tree's only through their parents (the coordinator hears the top level): the
-        # file holds no worker's own delays, and a fit of it would be of the topology.
+    # A ring's workers report when the whole ring is done (each its round's slowest), a
+    # tree's only through their parents: the arrivals are the topology's, not a worker's.
+    # Since 2026-11-30 every worker's own times come along (RoundRecord.ready_seconds);
+    # they hold no network time, which the stated links then stand for.
+    own_times = source.policy.name in TOPOLOGIES and not args.trace
+    if own_times and not all(r.ready_seconds for r in records if r.response_seconds):
         raise ConfigError(
-            f"{args.results} is a run of {source.policy.name}: its workers pass their "
-            "gradients to each other, and the coordinator does not record each worker's "
-            "own delay; tune from a run where the coordinator hears every worker (uncoded, "
-            "say, on the same pool), probe the pool (--probe JOB.toml --coordinator "
-            "HOST:PORT), or give a delay trace (--trace)"
+            f"{args.results} is a run of {source.policy.name} recorded without its workers' "
+            "own times (by a version before 2026-11-30, or workers that send no "
+            "WorkerTiming): its arrivals are the topology's, not "
+            "a worker's. Run it again with this version, tune from a run where the "
+            "coordinator hears every worker (uncoded, say, on the same pool), probe the "
+            "pool (--probe JOB.toml --coordinator HOST:PORT), or give a delay trace (--trace)"
+        )
+    if own_times and link is None:
+        raise ConfigError(
+            f"{args.results} is a run of {source.policy.name}: its timings are its workers' "
+            "own and hold no network time, so tune charges every candidate the links: "
+            "state them (--link-latency SECONDS --link-bandwidth BYTES_PER_S; say 0.0002 "
+            "1.25e9 for a 10 Gb/s network)"
         )
     obs = observe(records, n)
     if args.trace:
@@ -289,6 +299,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"delays beyond compute: {n_values} values of {obs.rounds} rounds "
             f"({n_cens} censored: cancelled workers)"
         )
+        if own_times:
+            print(
+                f"  a {source.policy.name} run: each worker's own time from θ to its message, "
+                "less its compute (a leaf a parent left out: censored at its used siblings' "
+                "longest); no network time, so every candidate pays the stated links"
+            )
         for i, f in enumerate(fit.fits):
             print(f"  {'best fit ' if i == 0 and not f.why_not else 'also     '}{f.describe()}")
         if n_cens and fit.tail is not fit.best:
@@ -336,6 +352,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             steps=steps,
             draws=args.source_draws,
             drawn_top=args.top,
+            network_in_delays=not own_times,
         )
     finally:
         bar.close()

@@ -27,7 +27,7 @@ partition matters).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +104,30 @@ class TreeShape:
             return ()
         first = self.level_start(level + 1) + (worker - self.level_start(level)) * self.fanout
         return tuple(range(first, first + self.fanout))
+
+    def left_out_bounds(
+        self, ready: Mapping[int, float], used: Collection[int]
+    ) -> dict[int, float]:
+        """Lower bounds on the own times of the leaves a round left out.
+
+        ``ready``: each timed worker's own seconds from θ_t to its message (WorkerTiming);
+        ``used``: the workers whose messages are in the estimate. A leaf whose parent (or
+        the root) summed siblings of it but not it sent later than every sibling used;
+        they got θ_t from the same parent at about the same time, so its own time was at
+        least the longest of theirs (within a hop's difference). An inner node left out
+        gets no bound: its sum waits for its children too, so its own time may be short.
+        """
+        out: dict[int, float] = {}
+        parents = {-1} | {w for w in used if self.children(w)}
+        for parent in parents:
+            kids = self.children(parent)
+            timed = [ready[c] for c in kids if c in used and c in ready]
+            if not timed:
+                continue
+            for c in kids:
+                if c not in used and not self.children(c):
+                    out[c] = max(timed)
+        return out
 
     def _check(self, worker: int) -> None:
         if not 0 <= worker < self.n_workers:

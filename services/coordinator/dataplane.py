@@ -75,6 +75,13 @@ class DataPlane(Protocol):
         and the workers each reported below it (``Result.contributors``)."""
         ...
 
+    def left_out_bounds(
+        self, ready: Mapping[int, float], used: Sequence[int]
+    ) -> dict[int, float]:
+        """Lower bounds on the own times of the workers the round left out, from the
+        own times (``ready``: WorkerTiming) of those ``used`` (a tree's leaves only)."""
+        ...
+
     def cancel(self, t: int, workers: Iterable[int]) -> None:
         """Tell ``workers`` their result for round t is no longer wanted."""
         ...
@@ -155,6 +162,11 @@ class StarPlane:
     ) -> tuple[int, ...]:
         return tuple(sorted(used))
 
+    def left_out_bounds(
+        self, ready: Mapping[int, float], used: Sequence[int]
+    ) -> dict[int, float]:
+        return {}  # no one is left out by another worker: the star's arrivals time everyone
+
     def cancel(self, t: int, workers: Iterable[int]) -> None:
         cancel_frames(self.places, self.job_id, t, workers)
 
@@ -222,6 +234,11 @@ class RingPlane:
         self, used: Sequence[int], below: Mapping[int, Sequence[int]]
     ) -> tuple[int, ...]:
         return tuple(sorted(used))
+
+    def left_out_bounds(
+        self, ready: Mapping[int, float], used: Sequence[int]
+    ) -> dict[int, float]:
+        return {}  # every member is in every sum
 
     def cancel(self, t: int, workers: Iterable[int]) -> None:
         cancel_frames(self.places, self.job_id, t, workers)
@@ -301,6 +318,11 @@ class TreePlane:
         for w in used:
             out.update(below.get(w, ()))
         return tuple(sorted(out))
+
+    def left_out_bounds(
+        self, ready: Mapping[int, float], used: Sequence[int]
+    ) -> dict[int, float]:
+        return self.tree.left_out_bounds(ready, set(used))
 
     def cancel(self, t: int, workers: Iterable[int]) -> None:
         cancel_frames(self.places, self.job_id, t, workers)

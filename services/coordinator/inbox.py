@@ -28,7 +28,7 @@ from codedgd.services.coordinator.places import Places
 from codedgd.services.coordinator.sessions import WorkerSession
 from codedgd.services.errors import WireError
 from codedgd.services.proto import codedgd_pb2 as pb
-from codedgd.services.wire import Assembler, BufferPool
+from codedgd.services.wire import Assembler, BufferPool, check_timings
 
 
 @dataclass
@@ -134,6 +134,8 @@ class Inbox:
                 f"result for round {result.round} (attempt {result.attempt}) but round "
                 f"{self.round} (attempt {self.attempt}) is running"
             )
+        if result.payload.index == 0 or result.skipped:
+            check_timings(result.timings, worker, result.contributors)
         if result.skipped:
             self.put(Arrival(worker, result, None, time.perf_counter()))
             return

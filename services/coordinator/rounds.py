@@ -77,6 +77,8 @@ class Outcome:
     attempts: int = 1
     restarts: tuple[str, ...] = ()  # why each earlier attempt was abandoned
     cancels: dict[int, float] = field(default_factory=dict)  # worker → its Cancel's seconds
+    ready: dict[int, float] = field(default_factory=dict)  # ring, tree: WorkerTiming's
+    left_out: dict[int, float] = field(default_factory=dict)  # tree: bounds of leaves out
 
 
 class RoundLoop:
@@ -218,6 +220,8 @@ class RoundLoop:
                 attempts=out.attempts,
                 restarts=out.restarts,
                 cancelled_seconds=out.cancels,
+                ready_seconds=out.ready,
+                left_out_seconds=out.left_out,
             )
             policy.observe(record)
             round_hist.observe(round_s)
@@ -365,6 +369,8 @@ class RoundLoop:
         responses: dict[int, float] = {}
         computes: dict[int, float] = {}
         below: dict[int, tuple[int, ...]] = {}  # a tree's reporters: the workers in their sums
+        ready: dict[int, float] = {}  # ring, tree: each worker's own times (WorkerTiming)
+        timed: dict[int, tuple[int, ...]] = {}  # reporter → the workers it sent timings of
 
         def feasible() -> bool:
             """Could the round still decode, counting the arrivals the guard holds back?"""
@@ -379,6 +385,9 @@ class RoundLoop:
                 outstanding.add(worker)
             for seen in (responses, computes, below):
                 seen.pop(worker, None)
+            for w in timed.pop(worker, ()):
+                ready.pop(w, None)
+                computes.pop(w, None)
             if corrupt:
                 self.metrics.stragglers.labels("outvoted" if offered else "norm_guard").inc()
                 places.banned.add(places[worker].name)
@@ -541,6 +550,11 @@ class RoundLoop:
             computes[event.worker] = event.result.compute_seconds
             if event.result.contributors:
                 below[event.worker] = tuple(event.result.contributors)
+            if plane.peered:  # a star's arrivals time its workers themselves
+                for timing in event.result.timings:  # checked on arrival (check_timings)
+                    ready[timing.worker] = timing.ready_seconds
+                    computes[timing.worker] = timing.compute_seconds
+                timed[event.worker] = tuple(int(timing.worker) for timing in event.result.timings)
             if guard is not None and not event.summed:
                 arrivals, faults = guard.admit(event.worker, event.payload, len(outstanding))
                 for worker, reason in faults.items():
@@ -604,6 +618,8 @@ class RoundLoop:
             contributors=contributors,
             excluded=self._excluded(set(contributors), set(contacted), cancelled),
             cancels={**dict.fromkeys(outstanding, decodable_at - sent_at), **cancels},
+            ready=ready,
+            left_out=plane.left_out_bounds(ready, contributors),
         )
 
     def _excluded(self, used: set[int], contacted: set[int], cancelled: set[int]) -> dict[int, str]:

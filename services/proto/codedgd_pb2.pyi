@@ -194,7 +194,7 @@ class Cancel(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("job_id", "round", "payload", "compute_seconds", "delay_seconds", "skipped", "contributors", "segment", "attempt")
+    __slots__ = ("job_id", "round", "payload", "compute_seconds", "delay_seconds", "skipped", "contributors", "segment", "attempt", "timings")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +204,7 @@ class Result(_message.Message):
     CONTRIBUTORS_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     payload: TensorChunk
@@ -213,7 +214,18 @@ class Result(_message.Message):
     contributors: _containers.RepeatedScalarFieldContainer[int]
     segment: int
     attempt: int
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ..., contributors: _Optional[_Iterable[int]] = ..., segment: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    timings: _containers.RepeatedCompositeFieldContainer[WorkerTiming]
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., payload: _Optional[_Union[TensorChunk, _Mapping]] = ..., compute_seconds: _Optional[float] = ..., delay_seconds: _Optional[float] = ..., skipped: _Optional[bool] = ..., contributors: _Optional[_Iterable[int]] = ..., segment: _Optional[int] = ..., attempt: _Optional[int] = ..., timings: _Optional[_Iterable[_Union[WorkerTiming, _Mapping]]] = ...) -> None: ...
+
+class WorkerTiming(_message.Message):
+    __slots__ = ("worker", "compute_seconds", "ready_seconds")
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    READY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    worker: int
+    compute_seconds: float
+    ready_seconds: float
+    def __init__(self, worker: _Optional[int] = ..., compute_seconds: _Optional[float] = ..., ready_seconds: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("unix_time", "job_id", "round", "attempt")
@@ -336,7 +348,7 @@ class JobRef(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class RoundReport(_message.Message):
-    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note", "excluded", "attempts", "restarts", "cancelled_seconds")
+    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note", "excluded", "attempts", "restarts", "cancelled_seconds", "ready_seconds", "left_out_seconds")
     class ResponseSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -359,6 +371,20 @@ class RoundReport(_message.Message):
         value: str
         def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
     class CancelledSecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    class ReadySecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    class LeftOutSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -391,6 +417,8 @@ class RoundReport(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    READY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_OUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     wall_seconds: float
@@ -417,7 +445,9 @@ class RoundReport(_message.Message):
     attempts: int
     restarts: _containers.RepeatedScalarFieldContainer[str]
     cancelled_seconds: _containers.ScalarMap[int, float]
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ..., excluded: _Optional[_Mapping[int, str]] = ..., attempts: _Optional[int] = ..., restarts: _Optional[_Iterable[str]] = ..., cancelled_seconds: _Optional[_Mapping[int, float]] = ...) -> None: ...
+    ready_seconds: _containers.ScalarMap[int, float]
+    left_out_seconds: _containers.ScalarMap[int, float]
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ..., excluded: _Optional[_Mapping[int, str]] = ..., attempts: _Optional[int] = ..., restarts: _Optional[_Iterable[str]] = ..., cancelled_seconds: _Optional[_Mapping[int, float]] = ..., ready_seconds: _Optional[_Mapping[int, float]] = ..., left_out_seconds: _Optional[_Mapping[int, float]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "state", "round", "rounds", "error", "loss", "metric", "metric_name", "detail", "workers_missing", "workers_needed", "uploads", "computations")
@@ -480,7 +510,7 @@ class ModelChunk(_message.Message):
     def __init__(self, meta_json: _Optional[str] = ..., theta: _Optional[_Union[TensorChunk, _Mapping]] = ...) -> None: ...
 
 class PeerData(_message.Message):
-    __slots__ = ("job_id", "round", "attempt", "sender", "stage", "step", "segment", "contributors", "tensor", "peer_deadline_seconds")
+    __slots__ = ("job_id", "round", "attempt", "sender", "stage", "step", "segment", "contributors", "tensor", "peer_deadline_seconds", "timings")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -491,6 +521,7 @@ class PeerData(_message.Message):
     CONTRIBUTORS_FIELD_NUMBER: _ClassVar[int]
     TENSOR_FIELD_NUMBER: _ClassVar[int]
     PEER_DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     attempt: int
@@ -501,7 +532,8 @@ class PeerData(_message.Message):
     contributors: _containers.RepeatedScalarFieldContainer[int]
     tensor: TensorChunk
     peer_deadline_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ..., sender: _Optional[int] = ..., stage: _Optional[str] = ..., step: _Optional[int] = ..., segment: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ..., tensor: _Optional[_Union[TensorChunk, _Mapping]] = ..., peer_deadline_seconds: _Optional[float] = ...) -> None: ...
+    timings: _containers.RepeatedCompositeFieldContainer[WorkerTiming]
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., attempt: _Optional[int] = ..., sender: _Optional[int] = ..., stage: _Optional[str] = ..., step: _Optional[int] = ..., segment: _Optional[int] = ..., contributors: _Optional[_Iterable[int]] = ..., tensor: _Optional[_Union[TensorChunk, _Mapping]] = ..., peer_deadline_seconds: _Optional[float] = ..., timings: _Optional[_Iterable[_Union[WorkerTiming, _Mapping]]] = ...) -> None: ...
 
 class PeerAck(_message.Message):
     __slots__ = ("received",)

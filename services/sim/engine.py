@@ -103,6 +103,8 @@ class _Round:
     responses: dict[int, float] = field(default_factory=dict)
     computes: dict[int, float] = field(default_factory=dict)
     cancels: dict[int, float] = field(default_factory=dict)  # worker → its Cancel's time
+    ready: dict[int, float] = field(default_factory=dict)  # ring, tree: WorkerTiming's
+    left_out: dict[int, float] = field(default_factory=dict)  # tree: bounds of leaves out
     bytes_down: int | None = None  # None: θ's bytes to each of the computations
     workers_used: tuple[int, ...] | None = None  # None: the estimate's
     cancelled: int | None = None  # None: computations neither answered nor lost
@@ -327,6 +329,8 @@ class Simulator:
                 worker_compute_seconds=out.computes,
                 note=note,
                 cancelled_seconds=out.cancels,
+                ready_seconds=out.ready,
+                left_out_seconds=out.left_out,
             )
             prepared.policy.observe(record)
             records.append(record)
@@ -580,6 +584,12 @@ class Simulator:
             bytes_down=got.bytes_down,
             cancelled=got.cancelled,
             workers_used=got.contributors,
+            ready=got.ready,
+            left_out=(
+                plan.topology.tree.left_out_bounds(got.ready, set(got.contributors))
+                if plan.topology.tree is not None
+                else {}
+            ),
         )
 
     def _compute_payload(self, w: int, point: np.ndarray) -> np.ndarray:

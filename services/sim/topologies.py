@@ -143,6 +143,9 @@ class TopologyRound:
     responses: dict[int, float] = field(default_factory=dict)  # reporters, arrival seconds
     computes: dict[int, float] = field(default_factory=dict)
     contributors: tuple[int, ...] = ()  # every worker whose message is in the estimate
+    # Worker → compute plus delay, of every worker whose timing reached the coordinator
+    # (as the workers' WorkerTiming: a ring's all, a tree's in the sums that arrived).
+    ready: dict[int, float] = field(default_factory=dict)
 
 
 # Worker w's seconds of compute and of straggler delay in this round.
@@ -187,6 +190,7 @@ def ring_round(
     for w in range(n):
         compute, delay = timing(w)
         out.computes[w] = compute
+        out.ready[w] = compute + delay
         ready.append(max(have[w].values()) + compute + delay)
     out.compute_max = max(out.computes.values())
     received = [-math.inf] * n  # when w received the previous step's partial sum
@@ -252,10 +256,12 @@ def tree_round(
         cancelled=0,
     )
     own_ready: dict[int, float] = {}
+    own: dict[int, float] = {}
     for w in range(tree.n_workers):
         compute, delay = timing(w)
         out.computes[w] = compute
-        own_ready[w] = theta_at[w] + compute + delay
+        own[w] = compute + delay
+        own_ready[w] = theta_at[w] + own[w]
     out.compute_max = max(out.computes.values())
     sent: dict[int, float] = {}  # when a worker's partial sum leaves for its parent
     partial: dict[int, np.ndarray] = {}
@@ -284,6 +290,7 @@ def tree_round(
         if policy.offer(w, partial[w]):
             break
     out.cancelled += len(level1) - out.uploads
+    out.ready = {v: own[v] for w in out.responses for v in sorted({w, *below.get(w, ())})}
     out.estimate = _decode(policy, t, out)
     used = out.estimate.workers_used
     out.contributors = tuple(sorted({v for w in used for v in (w, *below.get(w, ()))}))

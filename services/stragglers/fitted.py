@@ -394,8 +394,15 @@ def observe(
     records: Sequence[RoundRecord], n_workers: int, min_rounds: int = MIN_ROUNDS
 ) -> Observations:
     """The timings of ``records`` (a run of ``n_workers``), checked to be enough to fit
-    (``min_rounds`` rounds with per-worker response times)."""
-    timed = [r for r in records if r.response_seconds]
+    (``min_rounds`` rounds with per-worker response times).
+
+    A ring's or tree's round (``ready_seconds``: each worker's own time from θ_t to its
+    message ready) gives each timed worker's excess as that time less its compute: its
+    straggling, without the network time a star's response holds. A leaf its parent
+    left out (codedreduce) is censored at ``left_out_seconds`` (the longest own time of
+    the siblings used) less the round's mean compute; an inner node left out is not
+    observed there (its sum waits for its children too: no bound on its own time)."""
+    timed = [r for r in records if r.response_seconds or r.ready_seconds]
     if len(timed) < min_rounds:
         raise ConfigError(
             f"the run has {len(timed)} round(s) with per-worker response times; fitting "
@@ -411,6 +418,24 @@ def observe(
                 f"round {r.round} has responses from workers {sorted(stray)}, but the job "
                 f"has {n_workers}: the records are of another job"
             )
+        if r.ready_seconds:
+            stray = [w for w in r.ready_seconds if not 0 <= w < n_workers]
+            if stray:
+                raise ConfigError(
+                    f"round {r.round} has timings of workers {sorted(stray)}, but the job "
+                    f"has {n_workers}: the records are of another job"
+                )
+            for w, ready in r.ready_seconds.items():
+                c = float(r.worker_compute_seconds.get(w, 0.0))
+                excess[i, w] = max(float(ready) - c, 0.0)
+                compute[i, w] = c
+            timed_computes = [compute[i, w] for w in r.ready_seconds]
+            mean_compute = sum(timed_computes) / len(timed_computes)
+            for w, bound in r.left_out_seconds.items():  # a leaf its parent did without
+                if 0 <= w < n_workers and w not in r.ready_seconds:
+                    excess[i, w] = max(float(bound) - mean_compute, 0.0)
+                    censored[i, w] = True
+            continue
         computes = list(r.worker_compute_seconds.values())
         mean_compute = sum(computes) / len(computes) if computes else 0.0
         for w, response in r.response_seconds.items():
@@ -437,6 +462,13 @@ def observe(
             excess[i, w] = max(at - mean_compute, 0.0)
             censored[i, w] = True
     missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
+    if missing and any(r.ready_seconds for r in timed):
+        raise ConfigError(
+            f"workers {missing} of the job's {n_workers} were timed in none of the "
+            f"{len(timed)} rounds: a tree parent (codedreduce) leaves its slowest children "
+            "out of its sum, and their own times with them; record more rounds, or a run "
+            "with s = 0 (tree, ring-allreduce) or of uncoded on the same pool"
+        )
     if missing:
         raise ConfigError(
             f"workers {missing} of the job's {n_workers} appear in none of the "

@@ -18,7 +18,9 @@ The cost model: compute is ``seconds_per_sample`` × rows, calibrated from the s
 held, or its mini-batch samples), so the candidates pay for the load they give a
 worker; links cost nothing, because the recorded excess delays already
 hold the source's network time (for messages of the same size: every candidate here
-sends one whole gradient per worker); decode is timed on this machine. A worker that was
+sends one whole gradient per worker; from a ring's or tree's run, whose timings are the
+workers' own and hold no network time, every candidate pays a stated :class:`Link`);
+decode is timed on this machine. A worker that was
 persistently slower than the pool is replayed as a slower machine
 (:meth:`~codedgd.services.stragglers.fitted.Observations.load_slowness`), less what a
 slower wait explains (its delays spread wider: that part stays at any load), and
@@ -466,6 +468,7 @@ def search(
     steps: Sequence[Any] = (),
     draws: int = 0,
     drawn_top: int = 5,
+    network_in_delays: bool = True,
 ) -> list[Outcome]:
     """Simulate every candidate ``repeats`` times; the outcomes, best first.
 
@@ -488,7 +491,17 @@ def search(
     simulations, so the same outcomes, except through a decode time timed on the machine
     (a ``cost`` without ``decode_seconds``), which the neighbouring processes slow as any
     load would.
+
+    ``network_in_delays`` False: the observed delays hold no network time (a ring's or
+    tree's run, whose workers timed themselves, :func:`observe`): every candidate, the
+    star's too, pays the ``link`` (which is then required).
     """
+    if not network_in_delays and link is None:
+        raise ConfigError(
+            "the run's timings are its workers' own (a ring or tree run): they hold no "
+            "network time, so every candidate needs the links stated (tune "
+            "--link-latency SECONDS --link-bandwidth BYTES_PER_S)"
+        )
     if link is not None and tuple(policies) == SEARCHED:
         policies = SEARCHED + TOPOLOGIES
     hops = [p for p in policies if p in TOPOLOGIES]
@@ -528,6 +541,8 @@ def search(
         if link is not None
         else cost
     )
+    if not network_in_delays:
+        cost = over_link
     lrs = step_sizes(steps) if steps else [source.optimizer.get("lr", "auto")]
     trial = _Trial(
         data_dir=data_dir,

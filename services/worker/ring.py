@@ -150,7 +150,7 @@ class RingRounds:
                 )
                 lo, hi = self.bounds[gather_segment(self.previous, step, n)]
                 theta[lo:hi] = got.array
-            result = await ctx.compute(round_, theta, cancel)
+            result, timing = await ctx.compute(round_, theta, cancel)
             own = result.payload
             q = scatter_segment(i, 0, n)
             partial = own[slice(*self.bounds[q])]
@@ -166,7 +166,9 @@ class RingRounds:
                 received = scatter_segment(self.previous, step, n)
                 partial = got.array + own[slice(*self.bounds[received])]
             held = reduced_segment(i, n)
-            ctx.upload(round_, attempt, partial, result.seconds, cancel, segment=held)
+            ctx.upload(
+                round_, attempt, partial, result.seconds, cancel, segment=held, timings=(timing,)
+            )
         except (Cancelled, asyncio.CancelledError):
             return
         except (CodedGDError, WireError) as exc:

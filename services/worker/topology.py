@@ -28,7 +28,7 @@ from codedgd.services.compute.gradient import CancelFlag, Computer, ComputeResul
 from codedgd.services.errors import WireError
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.stragglers.base import StragglerModel
-from codedgd.services.wire import PEER_DATA, Assembler, chunks, framed
+from codedgd.services.wire import PEER_DATA, Assembler, check_timings, chunks, framed
 from codedgd.services.worker.peer_faults import PeerFault
 from codedgd.services.worker.peers import PeerLinks
 from codedgd.services.worker.uploads import Outgoing, PeerTotals, Upload, WorkerStats
@@ -134,8 +134,12 @@ class TopologyContext:
             )
             self.silent(watch.round, watch.attempt, peer, waited, watch.what, watch.received)
 
-    async def compute(self, round_: int, theta: np.ndarray, cancel: CancelFlag) -> ComputeResult:
-        """This worker's own message at θ (in a thread), then its straggler delay."""
+    async def compute(
+        self, round_: int, theta: np.ndarray, cancel: CancelFlag
+    ) -> tuple[ComputeResult, pb.WorkerTiming]:
+        """This worker's own message at θ (in a thread), then its straggler delay; with
+        its times (sent up with the message: the coordinator records them)."""
+        start = time.perf_counter()
         result = await asyncio.to_thread(self.computer.compute, theta, cancel, round_)
         self.stats.rounds_computed += 1
         self.stats.compute_seconds_total += result.seconds
@@ -144,7 +148,10 @@ class TopologyContext:
             if delay > 0:
                 self.stats.delay_seconds_total += delay if np.isfinite(delay) else 0.0
                 await asyncio.sleep(delay)
-        return result
+        ready = max(time.perf_counter() - start, result.seconds)
+        return result, pb.WorkerTiming(
+            worker=self.index, compute_seconds=result.seconds, ready_seconds=ready
+        )
 
     def upload(
         self,
@@ -156,6 +163,7 @@ class TopologyContext:
         *,
         segment: int = 0,
         contributors: Sequence[int] = (),
+        timings: Sequence[pb.WorkerTiming] = (),
     ) -> None:
         """The round's result, to the coordinator."""
         self.send(
@@ -171,6 +179,7 @@ class TopologyContext:
                 attempt=attempt,
                 segment=segment,
                 contributors=tuple(contributors),
+                timings=tuple(timings),
             )
         )
 
@@ -189,6 +198,7 @@ class TopologyContext:
         step: int = 0,
         segment: int = 0,
         contributors: Sequence[int] = (),
+        timings: Sequence[pb.WorkerTiming] = (),
     ) -> None:
         """A tensor to ``peer`` (framed now: the array may change after this returns)."""
         if self.fault is not None:
@@ -206,6 +216,7 @@ class TopologyContext:
                 step=step,
                 segment=segment,
                 contributors=contributors,
+                timings=timings,
             )
         )
         self._send_peer(peer, frames, round_)
@@ -257,8 +268,9 @@ def peer_frames(
     step: int = 0,
     segment: int = 0,
     contributors: Sequence[int] = (),
+    timings: Sequence[pb.WorkerTiming] = (),
 ) -> Iterator[bytes]:
-    """A tensor as PeerData frames (``contributors`` in the first)."""
+    """A tensor as PeerData frames (``contributors`` and ``timings`` in the first)."""
     for c in chunks(key, array, chunk_bytes):
         message = pb.PeerData()
         message.job_id = job_id
@@ -270,6 +282,7 @@ def peer_frames(
         message.segment = segment
         if c.index == 0:
             message.contributors.extend(contributors)
+            message.timings.extend(timings)
         c.fill(message.tensor, with_data=False)
         yield framed(message, PEER_DATA, c.data)
 
@@ -282,6 +295,7 @@ class Delivery:
     segment: int
     contributors: tuple[int, ...]
     array: np.ndarray
+    timings: tuple[pb.WorkerTiming, ...] = ()
 
 
 @dataclass
@@ -353,6 +367,8 @@ class Mailbox:
                 f"data for round {key[0]} (attempt {key[1]}) is too far ahead of this "
                 f"worker's round {self.current[0]} (attempt {self.current[1]})"
             )
+        if message.tensor.index == 0:
+            check_timings(message.timings, int(message.sender), message.contributors)
         slot = self._slots.setdefault((*key, int(message.sender)), _Slot())
         if slot.done is not None:
             raise WireError(f"a second {message.stage} tensor from worker {message.sender}")
@@ -364,7 +380,13 @@ class Mailbox:
             return
         first = slot.first
         assert first is not None
-        delivery = Delivery(int(first.sender), int(first.segment), tuple(first.contributors), array)
+        delivery = Delivery(
+            int(first.sender),
+            int(first.segment),
+            tuple(first.contributors),
+            array,
+            tuple(first.timings),
+        )
         slot.done = delivery
         if slot.future is not None and not slot.future.done():
             slot.future.set_result(delivery)

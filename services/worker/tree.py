@@ -172,11 +172,13 @@ class TreeRounds:
         self._used = ()
         try:
             theta = await theta_ready
-            result = await ctx.compute(round_, theta, cancel)
+            result, own = await ctx.compute(round_, theta, cancel)
             up = result.payload
             contributors: tuple[int, ...] = ()
+            timings: tuple[pb.WorkerTiming, ...] = (own,)
             if self.children:
-                z, used, contributors = await self._children_sum(round_, attempt)
+                z, used, contributors, below = await self._children_sum(round_, attempt)
+                timings += below
                 self._used = used
                 for position, child in enumerate(self.children):
                     if position not in used:  # slower than the set that counts: stop it
@@ -184,7 +186,15 @@ class TreeRounds:
                         ctx.totals.children_cancelled += 1
                 up = up + z
             if self.parent == COORDINATOR:
-                ctx.upload(round_, attempt, up, result.seconds, cancel, contributors=contributors)
+                ctx.upload(
+                    round_,
+                    attempt,
+                    up,
+                    result.seconds,
+                    cancel,
+                    contributors=contributors,
+                    timings=timings,
+                )
             else:
                 ctx.push(
                     self.parent,
@@ -194,6 +204,7 @@ class TreeRounds:
                     "gradient",
                     up,
                     contributors=contributors,
+                    timings=timings,
                 )
         except (Cancelled, asyncio.CancelledError):
             return
@@ -205,15 +216,16 @@ class TreeRounds:
 
     async def _children_sum(
         self, round_: int, attempt: int
-    ) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
+    ) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...], tuple[pb.WorkerTiming, ...]]:
         """Σ_{c∈F} a_c·z_c over the first children that decode, F (sibling positions),
-        and every worker whose message is in that sum."""
+        every worker whose message is in that sum, and the timings they sent up."""
         assert self.code is not None
         decoding = CyclicRound(self.code, self.tol)
         decoding.reset(self.ctx.dim)
         position = {child: i for i, child in enumerate(self.children)}
         key = (round_, attempt, "reduce", 0)
         below: dict[int, tuple[int, ...]] = {}
+        timed: dict[int, tuple[pb.WorkerTiming, ...]] = {}
         watch = Watch(
             round_,
             attempt,
@@ -228,6 +240,7 @@ class TreeRounds:
                 if position[got.sender] in decoding.arrived:
                     continue
                 below[position[got.sender]] = (got.sender, *got.contributors)
+                timed[position[got.sender]] = got.timings
                 if decoding.add(position[got.sender], got.array):
                     break
         try:
@@ -238,7 +251,7 @@ class TreeRounds:
             ) from None
         used = tuple(decoding.arrived)
         contributors = tuple(sorted(w for p in used for w in below[p]))
-        return z, used, contributors
+        return z, used, contributors, tuple(t for p in used for t in timed[p])
 
     async def close(self) -> None:
         self.stop()

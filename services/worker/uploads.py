@@ -70,6 +70,7 @@ class Upload:
     attempt: int = 0
     segment: int = 0  # ring: the segment of the sum the payload is
     contributors: tuple[int, ...] = ()  # tree: the workers below whose messages are in it
+    timings: tuple[pb.WorkerTiming, ...] = ()  # ring, tree: own times (and those below)
 
     def __iter__(self) -> Iterator[bytes]:
         for c in chunks("gradient", self.payload, self.chunk_bytes):
@@ -85,6 +86,7 @@ class Upload:
                 out.compute_seconds = self.compute_seconds
                 out.delay_seconds = self.delay_seconds
                 out.contributors.extend(self.contributors)
+                out.timings.extend(self.timings)
             c.fill(out.payload, with_data=False)
             self.on_sent(len(c.data))
             yield framed(message, RESULT_DATA, c.data)  # the one copy of the payload

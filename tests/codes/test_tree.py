@@ -131,3 +131,19 @@ def test_shapes_that_cannot_exist_are_refused() -> None:
         TreeShape(3, 2, 3)
     with pytest.raises(ValueError, match="fanout >= 1"):
         TreeShape(0, 2, 0)
+
+
+def test_a_left_out_leaf_is_bounded_by_the_siblings_its_parent_used_and_no_inner_node_is() -> None:
+    """Workers 0-2 (level 1), 3-5 below 0, 6-8 below 1, 9-11 below 2. The root used 0 and
+    1, worker 0 used 3 and 4, worker 1 used 6 and 8: leaves 5 and 7 are bounded by their
+    used siblings' longest own time; inner node 2 (left out by the root) is not, nor
+    are its leaves 9-11 (no used parent decided about them)."""
+    shape = TreeShape(3, 2, 1)
+    used = {0, 1, 3, 4, 6, 8}
+    ready = {0: 0.1, 1: 0.2, 3: 0.3, 4: 0.5, 6: 0.25, 8: 0.125}
+    assert shape.left_out_bounds(ready, used) == {5: 0.5, 7: 0.25}
+    # One level: the leaves are level 1, and the root's own decision bounds them.
+    flat = TreeShape(3, 1, 1)
+    assert flat.left_out_bounds({0: 0.5, 2: 0.25}, {0, 2}) == {1: 0.5}
+    # Everyone used (a tree with s = 0): nothing to bound.
+    assert shape.left_out_bounds(dict.fromkeys(range(12), 0.5), set(range(12))) == {}

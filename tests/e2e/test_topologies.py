@@ -86,6 +86,11 @@ async def test_ring_tree_and_codedreduce_step_like_gradient_descent_for_20_round
             assert first.workers_used == tuple(range(n))
         else:  # it hears level 1 only
             assert first.uploads <= 3 and first.bytes_up < 3 * (8 * dim + 200)
+        for r in job.records:  # yet every counted worker's own time reached it (tune's)
+            assert set(r.workers_used) <= set(r.ready_seconds), (policy, r.round)
+            assert all(
+                r.ready_seconds[w] >= r.worker_compute_seconds[w] >= 0 for w in r.ready_seconds
+            )
 
 
 async def test_codedreduce_leaves_out_exactly_the_workers_a_trace_slows(
@@ -117,6 +122,8 @@ async def test_codedreduce_leaves_out_exactly_the_workers_a_trace_slows(
                 assert why.startswith("cancelled"), (w, why)
             elif parent in record.workers_used:
                 assert why.startswith(f"left out by worker {parent}: slower"), (w, why)
+                if not tree.children(w):  # a leaf: its own time bounded by its siblings'
+                    assert 0 < record.left_out_seconds[w] < (0.8 if w in slow[t] else 1e9)
             else:
                 assert why == f"below worker {parent}, which the round did without"
         assert record.attempts == 1 and not record.restarts

@@ -10,6 +10,7 @@ ones; only the sockets are missing.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import ClassVar
 
@@ -151,6 +152,8 @@ async def test_a_ring_uploads_the_reference_segments_round_after_round(n: int) -
             upload = cluster.uploads[w][t]
             assert (upload.round, upload.segment) == (t, (w + 1) % n)
             assert np.array_equal(_payload(upload), reference[w])  # bit for bit
+            (own_time,) = upload.timings  # its own, for the coordinator's record
+            assert own_time.worker == w and 0 <= own_time.compute_seconds <= own_time.ready_seconds
     assert not cluster.errors and not cluster.failures
     assert all(cluster.stats[w].rounds_computed == 3 for w in range(n))
     # Each worker passed 2(n-1) segments a round on, and received as many.
@@ -260,6 +263,52 @@ async def test_a_slow_leaf_is_left_out_of_its_parents_sum_and_told_to_stop() -> 
     assert done[-1]
     full = sum(LeastSquares().grad_sum(theta, p.X, p.y) for p in _partitions(15, seed=1))
     np.testing.assert_allclose(policy.decode().gradient, full, rtol=1e-10)
+
+
+async def test_a_trees_sums_carry_each_contributors_own_times_to_the_coordinator() -> None:
+    """The coordinator hears level 1 only; each worker's own time from θ to its message
+    (what tune fits) travels up with the sum it is in: the sender's and every
+    contributor's, none of a worker left out, the slow one's delay in its own."""
+    cluster, _, nodes, _ = _tree({1: 0.2, 4: 5.0})  # 4: a leaf of worker 0, left out
+    _start(nodes, 0, np.random.default_rng(7).standard_normal(DIM))
+    await cluster.wait_uploads([0, 1, 2])
+    ready: dict[int, float] = {}
+    for w in range(3):
+        upload = cluster.uploads[w][0]
+        times = {int(t.worker): t for t in upload.timings}
+        assert set(times) == {w, *upload.contributors}
+        for v, t in times.items():
+            assert 0 <= t.compute_seconds <= t.ready_seconds
+            ready[v] = t.ready_seconds
+    # Each parent sums two of its three children (s = 1): 3 + 3 x 2 workers timed.
+    assert 4 not in ready and len(ready) == 9
+    assert ready[1] >= 0.2 and max(s for v, s in ready.items() if v != 1) < 0.2
+    for node in nodes:
+        node.stop()
+
+
+async def test_a_sum_whose_timings_name_a_worker_not_in_it_is_refused() -> None:
+    from codedgd.services.errors import WireError
+    from codedgd.services.framing import parse
+    from codedgd.services.proto import codedgd_pb2 as pb
+    from codedgd.services.wire import PEER_TENSOR_PATHS
+    from codedgd.services.worker.topology import peer_frames
+
+    _cluster, _, nodes, _ = _tree({w: 5.0 for w in range(12)})  # the round stays open
+    _start(nodes, 0, np.zeros(DIM))
+    for timings, why in [
+        ([pb.WorkerTiming(worker=9, compute_seconds=0.1, ready_seconds=0.2)], "worker 9"),
+        ([pb.WorkerTiming(worker=3, compute_seconds=0.3, ready_seconds=0.2)], "compute 0.3"),
+        ([pb.WorkerTiming(worker=3, compute_seconds=0.1, ready_seconds=math.inf)], "inf"),
+    ]:
+        (raw,) = list(
+            peer_frames("j", 0, 0, 3, "reduce", "gradient", np.ones(DIM), 1 << 20, timings=timings)
+        )
+        frame = parse(pb.PeerData, raw, PEER_TENSOR_PATHS)
+        with pytest.raises(WireError, match=why):
+            nodes[0].receive(frame.message, frame.data)
+    for node in nodes:
+        node.stop()
 
 
 async def test_a_push_from_a_worker_that_is_not_a_child_is_refused() -> None:

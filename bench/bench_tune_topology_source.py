@@ -1,0 +1,156 @@
+"""Does `codedgd tune` pick as well from a ring's or tree's run as from a star's?
+
+A ring's or tree's run records each worker's own time from θ to its message
+(``ready_seconds``), not arrivals at the coordinator; tune fits those and charges every
+candidate the stated links. This bench checks that such a source leads where a star
+source does. For each scenario of bench_tune (n = 12: a tree of fanout 3 and 2 levels),
+the same cluster (delays and the links of bench_tune's cost model: 1 ms, 1 GB/s) runs
+one source job of each kind for ``--source-rounds`` rounds: uncoded (the star), tree
+(s = 0: every worker's time reaches the coordinator), codedreduce (s = 1: a parent
+leaves out its slowest child: a leaf's time is then censored at its used sibling's, an
+inner node's not observed) and ring-allreduce.
+tune fits each and ranks every candidate, the topologies included, over the same stated
+link. The exhaustive search runs every candidate under the scenario's true delays and
+links. Reported per source: tune's pick, its true time over the best true time (goal
+<= 1.10, as bench_tune's), and over tune's ten best-ranked candidates how far its
+predicted times are from their true ones (predicted / true, lowest and highest).
+
+    python -m bench.bench_tune_topology_source
+    python -m bench.bench_tune_topology_source --scenario pareto --scenario few-slow
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.bench_tune import SCENARIOS, cost_for
+from codedgd.services.job import Component, JobConfig
+from codedgd.services.sim.engines import simulate
+from codedgd.services.stragglers import create_straggler_model
+from codedgd.services.tuning import Link, fit_delays, observe, search
+from codedgd.services.tuning.search import TOPOLOGIES
+
+N = 12
+SOURCES = {
+    "uncoded": Component("uncoded", {}),
+    "tree": Component("tree", {"fanout": 3, "levels": 2}),
+    "codedreduce": Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1}),
+    "ring-allreduce": Component("ring-allreduce", {}),
+}
+
+
+def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    stragglers = SCENARIOS[scenario](N)
+    cost = cost_for(N)
+    link = Link(cost.latency_seconds, cost.bandwidth_bytes_per_second)
+    job = JobConfig(
+        workers=N,
+        rounds=args.source_rounds,
+        seed=3,
+        data=Component("synthetic", {"rows": 200 * N, "dim": 50}),
+        stragglers=stragglers,
+        round_timeout=1e9,
+    )
+    star = simulate(job.replace(policy=SOURCES["uncoded"]), cost).records
+    target = star[-1].loss  # one target for every source: where the star run ended
+
+    def truth(rep: int) -> Any:
+        options = dict(stragglers.options)
+        if stragglers.name == "speed-classes":
+            options["pool"] = job.seed  # the same slow machines as the sources'
+        return create_straggler_model(stragglers.name, options, seed=1000 + rep, n_workers=N)
+
+    base = job.replace(policy=SOURCES["uncoded"])
+    obs = observe(star, N)
+    exhaustive = search(
+        base,
+        obs,
+        fit_delays(obs).tail,
+        target_loss=target,
+        rounds=args.rounds,
+        repeats=args.repeats,
+        delays=truth,
+        cost=cost,
+        link=link,
+        hold=1,
+    )
+    true_time = {o.label: o.predicted for o in exhaustive}
+    best = min(exhaustive, key=lambda o: o.predicted)
+    rows = []
+    for name in args.source or list(SOURCES):
+        source = job.replace(policy=SOURCES[name])
+        records = star if name == "uncoded" else simulate(source, cost).records
+        started = time.perf_counter()
+        seen = observe(records, N)
+        picked = search(
+            source,
+            seen,
+            fit_delays(seen).tail,
+            target_loss=target,
+            rounds=args.rounds,
+            repeats=args.repeats,
+            link=link,
+            jobs=args.jobs,
+            network_in_delays=name not in TOPOLOGIES,
+        )
+        took = time.perf_counter() - started
+        off = [
+            o.predicted / true_time[o.label]
+            for o in picked[:10]
+            if math.isfinite(o.predicted) and math.isfinite(true_time.get(o.label, math.inf))
+        ]
+        rows.append(
+            {
+                "scenario": scenario,
+                "source": name,
+                "pick": picked[0].label,
+                "pick_true": true_time.get(picked[0].label, math.inf),
+                "best": best.label,
+                "best_true": best.predicted,
+                "off": (min(off), max(off)) if off else None,
+                "observed": (
+                    f"{int((~np.isnan(seen.excess)).sum())}/{seen.excess.size} "
+                    f"({int(seen.censored.sum())})"
+                ),
+                "seconds": took,
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_tune_topology_source",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    p.add_argument("--source", action="append", choices=list(SOURCES))
+    p.add_argument("--source-rounds", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=250, help="most rounds a candidate may take")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=0, help="tune's processes (0: one per CPU)")
+    args = p.parse_args()
+    print(
+        "| scenario | source run | values (censored) | tune's pick | true (s) | best of "
+        "exhaustive | best (s) | pick / best | top 10: predicted / true | tune took (s) |"
+    )
+    print("|---|---|---:|---|---:|---|---:|---:|---|---:|")
+    for scenario in args.scenario or list(SCENARIOS):
+        for r in one(scenario, args):
+            span = f"{r['off'][0]:.2f}-{r['off'][1]:.2f}" if r["off"] else "-"
+            print(
+                f"| {scenario} | {r['source']} | {r['observed']} | {r['pick']} | "
+                f"{r['pick_true']:.2f} | {r['best']} | {r['best_true']:.2f} | "
+                f"{r['pick_true'] / r['best_true']:.2f} | {span} | {r['seconds']:.1f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
