@@ -1183,6 +1183,10 @@ def test_a_topology_runs_timings_are_the_workers_own_and_put_the_network_on_the_
     ]
     with pytest.raises(ConfigError, match=r"workers \[2\] .* timed in none of the 6 rounds"):
         observe(never, 3)
+    for field, what in (("ready_seconds", "has timings of"), ("left_out_seconds", "left out")):
+        stray = [dataclasses.replace(r, **{field: {**r.ready_seconds, 7: 0.5}}) for r in rounds]
+        with pytest.raises(ConfigError, match=rf"round 0 {what} workers \[7\].*another job"):
+            observe(stray, 3)
     source, obs = _source_12()
     tail = fit_delays(obs).best
     with pytest.raises(ConfigError, match="hold no network time"):

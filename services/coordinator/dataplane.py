@@ -75,9 +75,7 @@ class DataPlane(Protocol):
         and the workers each reported below it (``Result.contributors``)."""
         ...
 
-    def left_out_bounds(
-        self, ready: Mapping[int, float], used: Sequence[int]
-    ) -> dict[int, float]:
+    def left_out_bounds(self, ready: Mapping[int, float], used: Sequence[int]) -> dict[int, float]:
         """Lower bounds on the own times of the workers the round left out, from the
         own times (``ready``: WorkerTiming) of those ``used`` (a tree's leaves only)."""
         ...
@@ -162,9 +160,7 @@ class StarPlane:
     ) -> tuple[int, ...]:
         return tuple(sorted(used))
 
-    def left_out_bounds(
-        self, ready: Mapping[int, float], used: Sequence[int]
-    ) -> dict[int, float]:
+    def left_out_bounds(self, ready: Mapping[int, float], used: Sequence[int]) -> dict[int, float]:
         return {}  # no one is left out by another worker: the star's arrivals time everyone
 
     def cancel(self, t: int, workers: Iterable[int]) -> None:
@@ -235,9 +231,7 @@ class RingPlane:
     ) -> tuple[int, ...]:
         return tuple(sorted(used))
 
-    def left_out_bounds(
-        self, ready: Mapping[int, float], used: Sequence[int]
-    ) -> dict[int, float]:
+    def left_out_bounds(self, ready: Mapping[int, float], used: Sequence[int]) -> dict[int, float]:
         return {}  # every member is in every sum
 
     def cancel(self, t: int, workers: Iterable[int]) -> None:
@@ -319,9 +313,7 @@ class TreePlane:
             out.update(below.get(w, ()))
         return tuple(sorted(out))
 
-    def left_out_bounds(
-        self, ready: Mapping[int, float], used: Sequence[int]
-    ) -> dict[int, float]:
+    def left_out_bounds(self, ready: Mapping[int, float], used: Sequence[int]) -> dict[int, float]:
         return self.tree.left_out_bounds(ready, set(used))
 
     def cancel(self, t: int, workers: Iterable[int]) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any, ClassVar
@@ -390,6 +390,16 @@ def _local_floors(values: np.ndarray, span: int) -> np.ndarray:
     return out
 
 
+def _of_the_job(round_: int, workers: Iterable[int], what: str, n_workers: int) -> None:
+    """Refuse a record naming workers the job does not have (another job's records)."""
+    stray = sorted(w for w in workers if not 0 <= w < n_workers)
+    if stray:
+        raise ConfigError(
+            f"round {round_} {what} workers {stray}, but the job has {n_workers}: the "
+            "records are of another job"
+        )
+
+
 def observe(
     records: Sequence[RoundRecord], n_workers: int, min_rounds: int = MIN_ROUNDS
 ) -> Observations:
@@ -412,46 +422,24 @@ def observe(
     censored = np.zeros((len(timed), n_workers), dtype=bool)
     compute = np.full((len(timed), n_workers), np.nan)
     for i, r in enumerate(timed):
-        stray = [w for w in r.response_seconds if not 0 <= w < n_workers]
-        if stray:
-            raise ConfigError(
-                f"round {r.round} has responses from workers {sorted(stray)}, but the job "
-                f"has {n_workers}: the records are of another job"
-            )
-        if r.ready_seconds:
-            stray = [w for w in r.ready_seconds if not 0 <= w < n_workers]
-            if stray:
-                raise ConfigError(
-                    f"round {r.round} has timings of workers {sorted(stray)}, but the job "
-                    f"has {n_workers}: the records are of another job"
-                )
-            for w, ready in r.ready_seconds.items():
-                c = float(r.worker_compute_seconds.get(w, 0.0))
-                excess[i, w] = max(float(ready) - c, 0.0)
-                compute[i, w] = c
-            timed_computes = [compute[i, w] for w in r.ready_seconds]
-            mean_compute = sum(timed_computes) / len(timed_computes)
-            for w, bound in r.left_out_seconds.items():  # a leaf its parent did without
-                if 0 <= w < n_workers and w not in r.ready_seconds:
-                    excess[i, w] = max(float(bound) - mean_compute, 0.0)
-                    censored[i, w] = True
-            continue
+        own = bool(r.ready_seconds)  # a ring's or tree's round: its workers' own times
+        times = r.ready_seconds if own else r.response_seconds
+        _of_the_job(r.round, times, "has timings of" if own else "has responses from", n_workers)
         computes = list(r.worker_compute_seconds.values())
         mean_compute = sum(computes) / len(computes) if computes else 0.0
-        for w, response in r.response_seconds.items():
+        for w, seconds in times.items():
             c = float(r.worker_compute_seconds.get(w, 0.0))
-            excess[i, w] = max(float(response) - c, 0.0)
+            excess[i, w] = max(float(seconds) - c, 0.0)
             compute[i, w] = c
         # Cancelled: slower than its Cancel (a lower bound). Records of older versions
         # (and ring or tree rounds) do not say who was cancelled when: every worker that
-        # did not answer is taken to be, at the round's decode.
-        if r.cancelled_seconds:
-            stray = [w for w in r.cancelled_seconds if not 0 <= w < n_workers]
-            if stray:
-                raise ConfigError(
-                    f"round {r.round} cancelled workers {sorted(stray)}, but the job has "
-                    f"{n_workers}: the records are of another job"
-                )
+        # did not answer is taken to be, at the round's decode. A tree's leaf its parent
+        # did without: at least as slow as the siblings it used (left_out_seconds).
+        if own:
+            _of_the_job(r.round, r.left_out_seconds, "left out", n_workers)
+            bounds = {w: float(s) for w, s in r.left_out_seconds.items() if w not in times}
+        elif r.cancelled_seconds:
+            _of_the_job(r.round, r.cancelled_seconds, "cancelled", n_workers)
             bounds = {w: float(s) for w, s in r.cancelled_seconds.items()}
         elif r.cancelled > 0:
             silent = [w for w in range(n_workers) if w not in r.response_seconds]
