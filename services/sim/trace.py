@@ -25,6 +25,11 @@ compute seconds (``RoundRecord.response_seconds`` / ``worker_compute_seconds``).
   compute and communication costs set to zero (``--compute none --latency 0
   --bandwidth inf``); only right for a policy with the recorded run's loads.
 
+A ring's or tree's round records each worker's own time from θ_t to its message
+instead (``RoundRecord.ready_seconds``): its "response" here, which holds no network
+time; a tree's leaf its parent left out is censored at ``left_out_seconds``, and an
+inner node left out is not recorded (``null``) in either mode.
+
 Workers that were cancelled in a round have no response (censored: they were
 slower than the round's decode time). ``censored="bound"`` (default) fills them with
 that lower bound, just above ``round.wait_seconds`` (for ``excess``, minus the round's mean
@@ -80,14 +85,22 @@ def trace_from_records(
         row: list[float | None] = []
         computes = list(r.worker_compute_seconds.values())
         mean_compute = sum(computes) / len(computes) if computes else 0.0
+        own = bool(r.ready_seconds)  # a ring's or tree's round: its workers' own times
+        times = r.ready_seconds if own else r.response_seconds
         for w in range(n_workers):
-            response = r.response_seconds.get(w)
+            response = times.get(w)
             compute = r.worker_compute_seconds.get(w, mean_compute)
             value: float | None
             if response is None:
-                # Strictly later than the decoding arrival: a tie could change who is used.
-                later = math.nextafter(float(r.wait_seconds), math.inf)
-                value = None if censored == "null" else later
+                # Strictly later than the bound: a tie could change who is used. A tree's
+                # leaf left out is bounded by its used siblings; an inner node left out,
+                # by nothing (null: a replay of that round names it).
+                bound = r.left_out_seconds.get(w) if own else float(r.wait_seconds)
+                value = (
+                    None
+                    if censored == "null" or bound is None
+                    else math.nextafter(float(bound), math.inf)
+                )
             else:
                 value = float(response)
             if value is not None and kind == "excess":

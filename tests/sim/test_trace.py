@@ -81,6 +81,25 @@ def test_trace_kinds_and_censored_workers() -> None:
         trace_from_records(records, 3, kind="bogus")
 
 
+def test_a_tree_rounds_trace_is_its_workers_own_times() -> None:
+    """The reporters' arrivals (worker 0's 0.9 s) are the tree's, not a worker's: the
+    trace holds each worker's own time; a leaf left out (3) its bound; an inner node the
+    root did without (1) nothing."""
+    import dataclasses
+
+    r = dataclasses.replace(
+        record(0, {0: 0.9}, {0: 0.1, 2: 0.1, 4: 0.2}),
+        ready_seconds={0: 0.3, 2: 0.5, 4: 0.25},
+        left_out_seconds={3: 0.5},
+    )
+    response = trace_from_records([r], 5, kind="response")[0]
+    assert response == [0.3, None, 0.5, math.nextafter(0.5, math.inf), 0.25]
+    excess = trace_from_records([r], 5)[0]
+    assert excess[0] == pytest.approx(0.2) and excess[1] is None
+    assert excess[3] == pytest.approx(0.5 - 0.4 / 3)  # the bound less the mean compute
+    assert trace_from_records([r], 5, censored="null")[0][3] is None
+
+
 @pytest.mark.parametrize("suffix", [".json", ".csv"])
 def test_written_traces_are_read_by_the_trace_straggler_model(tmp_path: Path, suffix: str) -> None:
     table = [[0.5, None, 0.25], [0.0, 1.5, 2.0]]
