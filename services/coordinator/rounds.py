@@ -489,6 +489,7 @@ class RoundLoop:
                 w = event.worker
                 if not places.holds(w, event.session) or w in places.lost:
                     continue  # stale: that newcomer was lost again since
+                policy.replaced(w)  # a new machine: not what was known of the old one
                 if plane.restarts:
                     if replace_by is not None and not plane.unreachable(places.lost) & vacant:
                         # Every place the round waits for is held again: start it over.

@@ -119,6 +119,11 @@ class Chooser(Protocol):
         choices)."""
         ...
 
+    def forget(self, worker: int) -> None:
+        """A new machine holds place ``worker``: what is known of the old one (its
+        delays, the prior) no longer speaks for it. Called between decisions."""
+        ...
+
 
 def _ints(text: str, what: str) -> set[int]:
     try:
@@ -358,6 +363,7 @@ class Auto(ErasureHead):
         self._pending: tuple[int, Choice, str] | None = None
         self._asked: int | None = None  # the round of the latest deliberation
         self._lag: int | None = None  # rounds from it to the one it took effect at
+        self._replaced: set[int] = set()  # places newcomers took, not yet told the chooser
         self._replanned: Plan | None = None
         self._ran = Choice(r, 0)
 
@@ -465,6 +471,10 @@ class Auto(ErasureHead):
         chooser's call on copies of θ_t, the last rounds' records and the lazy rounds'
         memory (slow: the coordinator runs it in a thread while rounds go on);
         :meth:`settle` takes its answer."""
+        if self.chooser is not None:  # (no decision runs now: safe to tell it)
+            for worker in sorted(self._replaced):
+                self.chooser.forget(worker)
+            self._replaced.clear()
         if (
             self.chooser is None
             or len(self._records) < MIN_LIVE_ROUNDS
@@ -589,12 +599,29 @@ class Auto(ErasureHead):
     def observe(self, record: RoundRecord) -> None:
         self._records.append(record)
 
+    def replaced(self, worker: int) -> None:
+        """A newcomer holds place ``worker``: the prior's entry for it was the old
+        machine's slowness, so it goes (the look-ahead takes the newcomer as unheard
+        until it answers), and is logged; the look-ahead forgets the old machine's
+        delays at its next decision (it runs in a thread: not now)."""
+        self._replaced.add(worker)
+        if 0 <= worker < len(self.prior) and self.prior[worker] is not None:
+            log.info(
+                "auto: a new worker holds place %d: its prior slowness %.3g (the old "
+                "machine's, from tune) is dropped",
+                worker,
+                self.prior[worker],
+            )
+            self.prior = tuple(None if w == worker else v for w, v in enumerate(self.prior))
+
     def round_note(self) -> str:
         return self._note
 
     def state(self) -> dict[str, Any]:
         # In use, so a resumed job goes on with them; and what lazy rounds go on from.
         state: dict[str, Any] = {"k": self.k, "r": self.r, "xi": self.xi}
+        if self.prior:  # entries dropped for newcomers stay dropped in a resumed job
+            state["prior_dropped"] = [w for w, v in enumerate(self.prior) if v is None]
         if self._memory is not None:
             state["lazy"] = self._memory.state()
         return state
@@ -619,6 +646,13 @@ class Auto(ErasureHead):
         if r != self.r:  # the job is assigned with the r it ran with (read replan())
             self._replanned = self._regroup(r)
         self._use(Choice(r, k, float(xi)))
+        dropped = state.get("prior_dropped", [])
+        if not (isinstance(dropped, list) and all(isinstance(w, int) for w in dropped)):
+            raise ConfigError(f"auto: the checkpoint's prior_dropped={dropped!r} is not a list")
+        for worker in dropped:
+            if 0 <= worker < len(self.prior):
+                self.prior = tuple(None if w == worker else v for w, v in enumerate(self.prior))
+                self._replaced.add(worker)  # the chooser built from the job's own prior
         lazy = state.get("lazy")
         if self._memory is not None and isinstance(lazy, Mapping):
             self._memory.load_state(lazy)

@@ -331,6 +331,13 @@ class Policy(ABC):
         """
         return None
 
+    def replaced(self, worker: int) -> None:  # noqa: B027 - optional hook
+        """A newcomer holds place ``worker`` from now on (it replaced a lost holder):
+        what the policy knew of the old holder's machine is not the newcomer's.
+
+        The coordinator and the simulator call it alike, when the newcomer has taken the
+        place; default: nothing (a place is its data, not its machine)."""
+
     def observe(self, record: RoundRecord) -> None:  # noqa: B027 - optional hook
         """After each round: its record, with when every answering worker's result arrived.
 

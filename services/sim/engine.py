@@ -375,6 +375,7 @@ class Simulator:
         newcomers = self.newcomers
         for w in newcomers.settle(now):  # joined between rounds: contacted from this one on
             self.lazy[w] = LazyUploader()  # a fresh worker: no lag-wk memory
+            policy.replaced(w)
         spec = policy.begin_round(t, point)
         contacted = [w for w in spec.workers if w not in newcomers.lost]
         vacant = {w for w in spec.workers if w in newcomers.lost}
@@ -464,6 +465,7 @@ class Simulator:
             if kind == "replaced":
                 newcomers.restore(w)
                 self.lazy[w] = LazyUploader()  # a fresh worker: no lag-wk memory
+                policy.replaced(w)
                 if w in vacant and w not in policy.superseded():
                     # The round still wants this place: θ_t goes to the newcomer.
                     vacant.discard(w)

@@ -415,6 +415,15 @@ class Lookahead:
             sim.run(on_record=keep)
         return curve
 
+    def forget(self, worker: int) -> None:
+        """A new machine holds place ``worker``: the prior's entry and the delays kept of
+        the old one go; it is unheard until it answers. (The window's records still hold
+        the old holder's last rounds, for up to a window.)"""
+        self.known.discard(worker)
+        self._history[worker] = np.empty(0)
+        self._bounds[worker] = np.empty(0)
+        self._heard[worker] = -math.inf
+
     def choose(
         self,
         t: int,

@@ -41,6 +41,10 @@ class Scripted:
         self.script = {t: Choice(*rk) for t, rk in script.items()}
         self.asked: list[tuple[int, int, Choice]] = []
         self.offered: list[tuple[Choice, ...]] = []
+        self.forgot: list[tuple[int, int]] = []  # (decisions asked so far, worker)
+
+    def forget(self, worker: int) -> None:
+        self.forgot.append((len(self.asked), worker))
 
     def choose(
         self,
@@ -480,6 +484,44 @@ def test_a_prior_stands_in_for_a_worker_never_heard_from(tmp_path: Path, known: 
     else:
         assert choice == Choice(2, 8)
         assert "groups of 1 not tried: workers [0] not heard from lately" in why
+
+
+def test_a_newcomer_at_a_place_is_not_taken_for_the_machine_the_prior_knew(
+    tmp_path: Path,
+) -> None:
+    # The prior calls worker 0 typical, and the look-ahead believes it (r = 1, as in the
+    # test above). A new machine then takes place 0: the prior said nothing of it, so
+    # it is unheard again, and groups of 1 are not tried.
+    look, run = _slow_one_in_pairs(tmp_path, {"prior": ",".join(["1"] * 8)})
+    look.forget(0)
+    choice, why = look.choose(
+        10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
+    )
+    assert choice == Choice(2, 8)
+    assert "groups of 1 not tried: workers [0] not heard from lately" in why
+
+
+def test_a_replaced_place_drops_its_prior_entry_tells_the_chooser_and_a_resume_keeps_it() -> None:
+    policy = Auto(r=2, prior="1,3,1,1", lazy="none", window=5)
+    policy.plan(4, 4)
+    chooser = Scripted({})
+    policy.attach(chooser)
+    for t in range(3):
+        policy.observe(_record(t))
+    policy.replaced(1)
+    policy.replaced(2)  # its entry was typical: dropped too (it was the old machine's)
+    assert policy.prior == (1.0, None, None, 1.0)
+    assert chooser.forgot == []  # not while a decision could be running: at the next
+    job = policy.deliberation(3, np.zeros(3))
+    assert chooser.forgot == [(0, 1), (0, 2)] and job is not None
+    state = policy.state()
+    assert state["prior_dropped"] == [1, 2]
+    resumed = Auto(r=2, prior="1,3,1,1", lazy="none", window=5)
+    resumed.plan(4, 4)
+    resumed.load_state(json.loads(json.dumps(state)))
+    assert resumed.prior == (1.0, None, None, 1.0)
+    with pytest.raises(ConfigError, match="prior_dropped"):
+        resumed.load_state({**state, "prior_dropped": "1"})
 
 
 def test_it_moves_back_to_smaller_groups_in_the_first_decision_after_a_calm_round(

@@ -38,3 +38,33 @@ def test_a_spare_takes_a_place_the_moment_it_is_lost() -> None:
     places.crash(0, at=13.0, restart=math.inf)
     assert places.take(13.0, wanted={0}) == []  # one spare only: place 0 stays lost
     assert places.settle(20.0) == [1] and places.lost == {0}
+
+
+def test_a_spare_taking_a_lost_place_drops_autos_prior_entry_for_it() -> None:
+    """The prior is of the machines that held the places: a spare that takes one is
+    another machine, and the simulator tells the policy so (Policy.replaced), as the
+    coordinator does."""
+    from codedgd.services.job import Component, JobConfig
+    from codedgd.services.policies.auto import Auto
+    from codedgd.services.sim import CostModel
+    from codedgd.services.sim.engines import make_simulator
+
+    config = JobConfig(
+        workers=4,
+        rounds=6,
+        seed=5,
+        data=Component("synthetic", {"rows": 400, "dim": 6}),
+        policy=Component("auto", {"r": 2, "prior": "2,3,4,5", "lazy": "none"}),
+        replace_timeout=60.0,
+        spares=1,
+        stragglers=Component("crash", {"count": 1, "start": 2, "restart": -1}),
+    )
+    sim = make_simulator(config, CostModel())
+    records = sim.run().records
+    policy = sim.prepared.policy
+    assert isinstance(policy, Auto)
+    crashed = [w for w in range(4) if policy.prior[w] is None]
+    assert len(crashed) == 1  # the crashed place's entry, and only it
+    kept = [v for w, v in enumerate(policy.prior) if w != crashed[0]]
+    assert kept == [w + 2.0 for w in range(4) if w != crashed[0]]  # the others untouched
+    assert len(records) == 6
