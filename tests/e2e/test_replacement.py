@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 
 import numpy as np
+import pytest
 
 from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.server import CoordinatorServer
@@ -405,3 +407,33 @@ async def test_a_worker_that_reports_an_error_is_released_at_once(
     finally:
         for fake in fakes:
             await fake.stop()
+
+
+async def test_a_newcomer_in_an_auto_job_is_not_taken_for_the_machine_the_prior_knew(
+    coordinator: CoordinatorServer,
+    worker_processes: WorkerProcesses,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """auto's prior (tune --write-auto) is each place's machine's slowness: the
+    coordinator tells the policy a new machine holds place 1, and its entry goes."""
+    caplog.set_level(logging.INFO, logger="codedgd.services.policies.auto")
+    config = JobConfig(
+        workers=3,
+        rounds=12,
+        seed=7,
+        data=SYNTH,
+        model=Component("logistic", {"l2": 1e-3}),
+        replace_timeout=60.0,
+        policy=Component("auto", {"r": 1, "prior": "2,3,4", "lazy": "none"}),
+        stragglers=Component("exponential", {"mean": 0.01}),
+    )
+    job = await _kill_one_after(coordinator, worker_processes, config, 3, index=1)
+    worker_processes.start(coordinator.port, 1, name="newcomer")
+    await _finished(job)
+    assert job.state == "done", job.error
+    assert job.places.holders[1].name == "newcomer0"
+    dropped = [r.getMessage() for r in caplog.records if "prior slowness" in r.getMessage()]
+    assert dropped == [
+        "auto: a new worker holds place 1: its prior slowness 3 (the old machine's, from "
+        "tune) is dropped"
+    ]
