@@ -1,0 +1,149 @@
+"""`codedgd tune` from a ring's or tree's run, on real worker processes.
+
+bench_tune_topology_source checks on the simulator that tune fits a topology run from
+its workers' own times (``ready_seconds``) as well as a star run from its arrivals. Here
+the same on n = 6 local worker processes (a tree of fanout 2 and 2 levels; bench_tune_real's
+n = 8 is no tree's size): for each scenario, one source run of each kind (`codedgd run`:
+uncoded, tree, codedreduce s = 1, ring-allreduce), `codedgd tune` on each with the same
+stated link (``--link-latency 0.0002 --link-bandwidth 1.25e9``) over a few policies, and
+then a fixed set of candidates (every source's pick, uncoded, the tree and the ring) run
+for real to the same target, ``--repeats`` times each, interleaved; a candidate's median
+time counts. Reported per source: tune's pick and its real time over the best real time
+of the set, and for the candidates run, tune's predicted time over the real one (lowest
+and highest). Wall-clock times on a shared 2-core machine: run it alone.
+
+    python -m bench.bench_tune_topology_real                    # three scenarios, ~15 min
+    python -m bench.bench_tune_topology_real --scenario few-slow --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.bench_tune import SCENARIOS
+from bench.bench_tune_real import cli, time_to
+
+N = 6
+JOB = [
+    "-n", str(N), "--seed", "3", "--data-opt", "rows=30000", "--data-opt", "dim=50",
+    "--lr", "0.5", "--no-progress",
+]  # fmt: skip
+SOURCES = {
+    "uncoded": ["--policy", "uncoded"],
+    "tree": ["--policy", "tree", "--param", "fanout=2"],
+    "codedreduce": ["--policy", "codedreduce", "--param", "fanout=2", "--param", "s=1"],
+    "ring-allreduce": ["--policy", "ring-allreduce"],
+}
+LINK = ["--link-latency", "0.0002", "--link-bandwidth", "1.25e9"]
+SEARCHED = ["uncoded", "frc", "g-lag", "ring-allreduce", "tree", "codedreduce"]
+ALWAYS = ("uncoded", "tree fanout=2 levels=2", "ring-allreduce")  # run whatever tune picks
+
+
+def scenario_args(scenario: str) -> list[str]:
+    model = SCENARIOS[scenario](N)
+    args = ["--stragglers", model.name]
+    for key, value in model.options.items():
+        shown = str(value).lower() if isinstance(value, bool) else value
+        args += ["--straggler-opt", f"{key}={shown}"]
+    return args
+
+
+def one(scenario: str, tmp: Path, rounds: int, repeats: int) -> list[dict[str, Any]]:
+    delays = scenario_args(scenario)
+    sources: dict[str, Path] = {}
+    for name, flags in SOURCES.items():
+        sources[name] = tmp / f"{scenario}-{name}-source.json"
+        cli("run", *JOB, *delays, "-r", str(rounds), *flags, "-o", str(sources[name]))
+    rows = json.loads(sources["uncoded"].read_text())["rounds"]
+    target = float(rows[-1]["loss"])  # one target for every source: where uncoded ended
+    tuned: dict[str, dict[str, Any]] = {}
+    for name, path in sources.items():
+        policies = [a for p in SEARCHED for a in ("--policy", p)]
+        out = cli(
+            "tune", str(path), "--json", "--repeats", "3", "--target-loss", repr(target),
+            *LINK, *policies,
+        )  # fmt: skip
+        tuned[name] = json.loads(out.stdout)
+    flags: dict[str, list[str]] = {}
+    for outcome in tuned.values():
+        for c in outcome["candidates"]:
+            if c["label"] in ALWAYS or c is outcome["candidates"][0]:
+                flags[c["label"]] = ["--policy", c["policy"]["name"]] + [
+                    f"--param={k}={v}" for k, v in c["policy"].items() if k != "name"
+                ]
+    times: dict[str, list[float]] = {label: [] for label in flags}
+    for i in range(repeats):  # interleaved: the machine drifts
+        for label, policy in flags.items():
+            out_path = tmp / f"{scenario}-{label.replace(' ', '_')}.{i}.json"
+            cli(
+                "run", *JOB, *delays, "-r", str(2 * rounds), *policy,
+                "--target-loss", repr(target), "-o", str(out_path),
+            )  # fmt: skip
+            times[label].append(time_to(out_path, target))
+    real = {label: float(np.median(t)) for label, t in times.items()}
+    best = min(real, key=lambda k: real[k])
+    out = []
+    for name, outcome in tuned.items():
+        predicted = {c["label"]: c["predicted_seconds"] for c in outcome["candidates"]}
+        ratios = [
+            predicted[label] / real[label]
+            for label in real
+            if predicted.get(label) is not None and math.isfinite(real[label])
+        ]
+        pick = outcome["candidates"][0]["label"]
+        out.append(
+            {
+                "scenario": scenario,
+                "source": name,
+                "pick": pick,
+                "pick_real": real[pick],
+                "best": best,
+                "best_real": real[best],
+                "predicted_over_real": (min(ratios), max(ratios)) if ratios else None,
+            }
+        )
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_tune_topology_real",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--scenario",
+        action="append",
+        choices=list(SCENARIOS),
+        help="default: exponential, few-slow, pareto",
+    )
+    p.add_argument("--rounds", type=int, default=100, help="the source runs' rounds")
+    p.add_argument("--repeats", type=int, default=3, help="real runs of each candidate")
+    args = p.parse_args()
+    print(
+        "| scenario (n = 6 processes) | source run | tune's pick | real (s) | best real "
+        "| best (s) | pick / best | candidates run: predicted / real |"
+    )
+    print("|---|---|---|---:|---|---:|---:|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for scenario in args.scenario or ["exponential", "few-slow", "pareto"]:
+            for r in one(scenario, Path(tmp), args.rounds, args.repeats):
+                span = r["predicted_over_real"]
+                shown = f"{span[0]:.2f}-{span[1]:.2f}" if span else "-"
+                print(
+                    f"| {r['scenario']} | {r['source']} | {r['pick']} | {r['pick_real']:.2f} "
+                    f"| {r['best']} | {r['best_real']:.2f} | "
+                    f"{r['pick_real'] / r['best_real']:.2f} | {shown} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
