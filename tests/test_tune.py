@@ -474,6 +474,7 @@ def test_tune_picks_a_policy_that_beats_the_recorded_one_when_run(tmp_path: Path
     # candidate auto can run (here every candidate reached the target).
     sizes = [group_size(c["policy"].pop("name"), c["policy"]) for c in ranked]
     r, origin = next((r, c) for r, c in zip(sizes, ranked, strict=True) if r is not None)
+    assert doc["timings"] == "arrivals"  # a star's run: fitted from its arrivals
     # Its prior is the run's slowness of each worker (what tune printed), to 3 digits.
     prior = doc["auto_start"]["policy"].pop("prior")
     assert np.allclose([float(v) for v in prior.split(",")], doc["slowness"], rtol=5e-3)
@@ -1142,6 +1143,13 @@ def test_tune_fits_a_topology_run_from_its_workers_own_times_over_the_stated_lin
     censored = int(done.stdout.split(" censored")[0].rsplit("(", 1)[1])
     # Own times, not the arrivals at the round's end; only codedreduce leaves leaves out.
     assert (censored > 0) == (policy[0] == "codedreduce"), done.stdout
+    assert "censored: leaves a parent left out)" in done.stdout
+    done = _cli(
+        "tune", "src.json", "--no-progress", "--repeats", "1", "--json",
+        "--policy", "uncoded", *links, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["timings"] == "own"
     for record in doc["rounds"]:
         record.pop("ready_seconds")  # as a file of an older version
     (tmp_path / "old.json").write_text(json.dumps(doc))

@@ -299,7 +299,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         n_values, n_cens = fit.values.size, int(fit.censored.sum())
         print(
             f"delays beyond compute: {n_values} values of {obs.rounds} rounds "
-            f"({n_cens} censored: cancelled workers)"
+            f"({n_cens} censored: "
+            + ("leaves a parent left out)" if own_times else "cancelled workers)")
         )
         if own_times:
             print(
@@ -367,6 +368,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "rounds": rounds,
             "fits": [f.to_dict() for f in fit.fits],
             "tail": fit.tail.family,  # what censored values are drawn from (Fit.tail)
+            # "own": a ring's or tree's run, fitted from its workers' own times (no network
+            # time in them: every candidate paid the stated links); "arrivals": a star's.
+            "timings": "own" if own_times else "arrivals",
             "slowness": [float(s) for s in slowness],
             "load_slowness": [float(s) for s in load_slowness],
             "candidates": [o.to_dict() for o in outcomes],
