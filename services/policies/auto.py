@@ -612,7 +612,10 @@ class Auto(ErasureHead):
                 worker,
                 self.prior[worker],
             )
-            self.prior = tuple(None if w == worker else v for w, v in enumerate(self.prior))
+            self._drop_prior(worker)
+
+    def _drop_prior(self, worker: int) -> None:
+        self.prior = tuple(None if w == worker else v for w, v in enumerate(self.prior))
 
     def round_note(self) -> str:
         return self._note
@@ -651,7 +654,7 @@ class Auto(ErasureHead):
             raise ConfigError(f"auto: the checkpoint's prior_dropped={dropped!r} is not a list")
         for worker in dropped:
             if 0 <= worker < len(self.prior):
-                self.prior = tuple(None if w == worker else v for w, v in enumerate(self.prior))
+                self._drop_prior(worker)
                 self._replaced.add(worker)  # the chooser built from the job's own prior
         lazy = state.get("lazy")
         if self._memory is not None and isinstance(lazy, Mapping):

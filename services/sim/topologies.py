@@ -290,7 +290,7 @@ def tree_round(
         if policy.offer(w, partial[w]):
             break
     out.cancelled += len(level1) - out.uploads
-    out.ready = {v: own[v] for w in out.responses for v in sorted({w, *below.get(w, ())})}
+    out.ready = {v: own[v] for w in out.responses for v in (w, *below.get(w, ()))}
     out.estimate = _decode(policy, t, out)
     used = out.estimate.workers_used
     out.contributors = tuple(sorted({v for w in used for v in (w, *below.get(w, ()))}))

@@ -155,8 +155,6 @@ class GrpcPeerLinks:
                 f"link to worker {peer} at {address} failed: {exc.code().name}: {exc.details()}"
             )
             log.warning("%s", reason)
-            if self.addresses.get(peer) != address:
-                return  # the peer has a new holder already: this was its former one's link
             if exc.code() == grpc.StatusCode.INTERNAL and self.on_refused is not None:
                 if peer in self._refused_by:
                     return  # it refused this worker's pushes already: that is the fault
