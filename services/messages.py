@@ -14,13 +14,11 @@ from collections.abc import Iterable, Iterator
 
 from codedgd.services.errors import WireError
 from codedgd.services.models.saved import SavedModel
+from codedgd.services.names import MAX_NAME_LENGTH, NAME_PATTERN
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.records import RoundRecord
 from codedgd.services.wire import Assembler, tensor_chunks
 
-# What a Hello may carry (see the .proto): names that read as one token in a log line.
-MAX_NAME_LENGTH = 64
-NAME_PATTERN = re.compile(r"[A-Za-z0-9._:@+-]+")
 MAX_ADDRESS_LENGTH = 255
 ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9._:\[\]%-]+")
 # Free text from a worker (its WorkerError, a PeerFailure's reason) is cut to this.
@@ -92,6 +90,7 @@ def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
         cancelled_seconds={int(w): float(s) for w, s in record.cancelled_seconds.items()},
         ready_seconds={int(w): float(s) for w, s in record.ready_seconds.items()},
         left_out_seconds={int(w): float(s) for w, s in record.left_out_seconds.items()},
+        holders={int(w): name for w, name in record.holders.items()},
     )
 
 
@@ -125,6 +124,7 @@ def record_from_pb(m: pb.RoundReport) -> RoundRecord:
         cancelled_seconds={int(w): float(s) for w, s in m.cancelled_seconds.items()},
         ready_seconds={int(w): float(s) for w, s in m.ready_seconds.items()},
         left_out_seconds={int(w): float(s) for w, s in m.left_out_seconds.items()},
+        holders={int(w): str(name) for w, name in m.holders.items()},
     )
 
 

@@ -80,6 +80,12 @@ class RoundRecord:
     # → a lower bound on its own time: the longest of those siblings' ready_seconds
     # (TreeShape.left_out_bounds). What tune takes as a censored value.
     left_out_seconds: Mapping[int, float] = field(default_factory=dict)
+    # Places with a new holder from this round on → the holder's name as the coordinator
+    # shows it (every place in the first round a coordinator runs of the job, then a
+    # place a newcomer took under another name). Which machine answered for which place:
+    # `codedgd tune` keys auto's prior by it. Empty from the simulator and in files of
+    # versions before 2026-11-30.
+    holders: Mapping[int, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         # Field by field, not asdict: its deep copy of the timing maps, replaced below
@@ -89,7 +95,8 @@ class RoundRecord:
         for key in _TIMING_MAPS:
             # JSON object keys are strings; from_dict turns them back into worker indices.
             d[key] = {str(w): float(s) for w, s in getattr(self, key).items()}
-        d["excluded"] = {str(w): str(why) for w, why in self.excluded.items()}
+        for key in _TEXT_MAPS:
+            d[key] = {str(w): str(text) for w, text in getattr(self, key).items()}
         d["restarts"] = list(self.restarts)
         for key in ("loss", "metric"):
             if isinstance(d[key], float) and math.isnan(d[key]):
@@ -111,10 +118,11 @@ class RoundRecord:
             if isinstance(raw, str):  # a CSV cell holds the JSON object
                 raw = json.loads(raw) if raw.strip() else {}
             values[key] = {int(w): _float(s) for w, s in dict(raw).items()}
-        excluded = values.get("excluded") or {}
-        if isinstance(excluded, str):
-            excluded = json.loads(excluded) if excluded.strip() else {}
-        values["excluded"] = {int(w): str(why) for w, why in dict(excluded).items()}
+        for key in _TEXT_MAPS:
+            texts = values.get(key) or {}
+            if isinstance(texts, str):
+                texts = json.loads(texts) if texts.strip() else {}
+            values[key] = {int(w): str(text) for w, text in dict(texts).items()}
         restarts = values.get("restarts") or ()
         if isinstance(restarts, str):
             restarts = json.loads(restarts) if restarts.strip() else ()
@@ -130,6 +138,7 @@ _TIMING_MAPS = (
     "ready_seconds",
     "left_out_seconds",
 )
+_TEXT_MAPS = ("excluded", "holders")
 _FLOATS = tuple(f.name for f in fields(RoundRecord) if f.type == "float")
 
 
@@ -181,7 +190,7 @@ def _write_csv(path: Path, records: Iterable[RoundRecord]) -> None:
         for r in records:
             row = r.to_dict()
             row["workers_used"] = " ".join(str(w) for w in r.workers_used)
-            for key in (*_TIMING_MAPS, "excluded", "restarts"):
+            for key in (*_TIMING_MAPS, *_TEXT_MAPS, "restarts"):
                 row[key] = json.dumps(row[key], separators=(",", ":")) if row[key] else ""
             writer.writerow(row)
 

@@ -37,6 +37,7 @@ def _record() -> RoundRecord:
         restarts=("attempt 0: worker 2 silent: worker 3 waited 7.5 s for its data",),
         ready_seconds={0: 0.25, 1: 0.5, 3: 0.125},
         left_out_seconds={2: 0.5},
+        holders={1: "m1#12"},
     )
 
 
@@ -46,12 +47,14 @@ def test_excluded_attempts_and_restarts_survive_json_csv_and_the_wire(tmp_path: 
     back = read_results(tmp_path / "r.json")[1][0]
     assert (back.excluded, back.attempts, back.restarts) == (r.excluded, 2, r.restarts)
     assert (back.ready_seconds, back.left_out_seconds) == (r.ready_seconds, {2: 0.5})
+    assert back.holders == {1: "m1#12"}
     assert RoundRecord.from_dict(json.loads(json.dumps(r.to_dict()))) == r  # records.jsonl
     assert record_from_pb(record_to_pb(r, "j")) == r
     write_results(tmp_path / "r.csv", {}, [r], {})
     with (tmp_path / "r.csv").open() as fh:
         row = next(csv.DictReader(fh))
     assert RoundRecord.from_dict(row).excluded == r.excluded
+    assert RoundRecord.from_dict(row).holders == r.holders
     assert json.loads(row["restarts"]) == list(r.restarts)
 
 
@@ -59,7 +62,7 @@ def test_records_of_older_versions_read_with_nobody_excluded_and_one_attempt(
     tmp_path: Path,
 ) -> None:
     doc = _record().to_dict()
-    for key in ("excluded", "attempts", "restarts"):
+    for key in ("excluded", "attempts", "restarts", "holders"):
         del doc[key]
     old = RoundRecord.from_dict(doc)
-    assert (old.excluded, old.attempts, old.restarts) == ({}, 1, ())
+    assert (old.excluded, old.attempts, old.restarts, old.holders) == ({}, 1, (), {})

@@ -31,6 +31,7 @@ from codedgd.services.tuning import (
     Observations,
     Outcome,
     ResampledDelay,
+    auto_prior_names,
     auto_start,
     candidates,
     chance_limit,
@@ -579,8 +580,30 @@ def test_write_auto_from_a_coded_run_leaves_a_cancelled_worker_unknown(tmp_path:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "its prior, each worker's slowness on this run, does not know workers [0]" in done.stdout
-    prior = JobConfig.from_toml(tmp_path / "a.toml").policy.options["prior"].split(",")
+    options = JobConfig.from_toml(tmp_path / "a.toml").policy.options
+    prior = options["prior"].split(",")
     assert prior[0] == "" and all(float(v) >= 1 for v in prior[1:])
+    # The slow worker was the trace's place 0, not a machine: the prior stays by place.
+    assert "prior_names" not in options
+    assert "its prior is by place: the run's delays were its straggler model's" in done.stdout
+
+
+def test_the_machine_named_for_a_place_is_the_one_that_held_it_longest() -> None:
+    base = _record(0, {0: 0.1})
+    records = [
+        dataclasses.replace(base, round=t, holders=held)
+        for t, held in enumerate(
+            [{0: "a", 1: "b", 2: "c"}, {}, {}, {}, {1: "d#5"}, {2: "e"}, {}, {}, {}, {}]
+        )
+    ]
+    # b held place 1 four rounds, d (its replacement) six; c and e five each: a tie.
+    assert auto_prior_names(records, 3, "run.json") == ["a", "d#5", ""]
+    assert auto_prior_names(records[1:4], 3, "run.json") == ["", "", ""]  # none named
+    forged = [dataclasses.replace(base, holders={1: "b\nERROR forged"})]
+    with pytest.raises(ConfigError, match=r"run.json: round 0 names 'b\\nERROR forged' the"):
+        auto_prior_names(forged, 3, "run.json")
+    with pytest.raises(ConfigError, match="holder of place 5, which is no worker name"):
+        auto_prior_names([dataclasses.replace(base, holders={5: "a"})], 3, "run.json")
 
 
 def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(

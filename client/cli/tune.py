@@ -200,6 +200,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         MIN_TAIL_SHAPE,
         SEARCHED,
         Link,
+        auto_prior_names,
         auto_start,
         fit_delays,
         observe,
@@ -359,7 +360,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
-    started = auto_start(outcomes, obs)
+    # Whose slowness a prior entry is: a straggler model's delays follow the places (it
+    # draws by worker index), a real pool's follow the machines, named in the records.
+    by_machine = source.stragglers.name == "none" and not args.trace
+    names = auto_prior_names(records, n, str(args.results)) if by_machine else []
+    started = auto_start(outcomes, obs, names)
     if args.json:
         doc = {
             "source": str(args.results),
@@ -435,6 +440,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     "r workers sharing r partitions; --write writes the winner itself)"
                 )
             prior = policy.options.get("prior")
+            if "prior_names" in policy.options:
+                print(
+                    "  (its prior follows the machines by name, wherever they connect: "
+                    f"{policy.options['prior_names']})"
+                )
+            elif prior:
+                if args.trace:
+                    why = "the delays are the trace's, by place"
+                elif not by_machine:
+                    why = "the run's delays were its straggler model's, drawn by place"
+                else:
+                    why = "the run's file names no worker (a version before 2026-11-30's)"
+                print(f"  (its prior is by place: {why})")
             unknown = [w for w, v in enumerate(prior.split(",")) if not v] if prior else []
             if unknown:
                 print(

@@ -437,6 +437,7 @@ class JobRun:
             self.id,
             ", ".join(f"{i}={s.name}" for i, s in enumerate(self.places.holders)),
         )
+        prepared.policy.assigned([s.name for s in self.places.holders])
         return assigner
 
     def _shipping(self, old: Plan, new: Plan) -> float:

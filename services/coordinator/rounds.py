@@ -120,6 +120,7 @@ class RoundLoop:
         # A policy's deliberation (auto's look-ahead), running in a thread while rounds go on.
         self._deliberating: asyncio.Future[object] | None = None
         self._deliberation_timing = (0, 0.0, 0.0)  # (round begun before, seconds, CPU)
+        self._named: dict[int, str] = {}  # each place's holder, as last recorded
 
     async def run(
         self,
@@ -222,6 +223,7 @@ class RoundLoop:
                 cancelled_seconds=out.cancels,
                 ready_seconds=out.ready,
                 left_out_seconds=out.left_out,
+                holders=self._new_holders(),
             )
             policy.observe(record)
             round_hist.observe(round_s)
@@ -237,6 +239,15 @@ class RoundLoop:
                 log.info("job %s reached target loss %.6g at round %d", self.job_id, loss, t)
                 break
         descent.finish()
+
+    def _new_holders(self) -> dict[int, str]:
+        """The places whose holder's name changed since the last record (every place in
+        this loop's first): which machine answered for which place, in the records."""
+        changed = {
+            w: s.name for w, s in enumerate(self.places.holders) if self._named.get(w) != s.name
+        }
+        self._named.update(changed)
+        return changed
 
     def _deliberate(self, t: int, point: np.ndarray, policy: Policy) -> None:
         """Before round t: settle the policy's deliberation if it has finished, and start
@@ -489,7 +500,8 @@ class RoundLoop:
                 w = event.worker
                 if not places.holds(w, event.session) or w in places.lost:
                     continue  # stale: that newcomer was lost again since
-                policy.replaced(w)  # a new machine: not what was known of the old one
+                # A new machine: not what was known of the old one.
+                policy.replaced(w, places[w].name)
                 if plane.restarts:
                     if replace_by is not None and not plane.unreachable(places.lost) & vacant:
                         # Every place the round waits for is held again: start it over.

@@ -63,6 +63,7 @@ import numpy as np
 from codedgd.services.codes.erasurehead import erasure_probability
 from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, PlanError
+from codedgd.services.names import SHOWN_PATTERN, match_machines
 from codedgd.services.policies.base import Estimate, JobContext, Param, Plan, RoundSpec
 from codedgd.services.policies.erasurehead import ErasureHead
 from codedgd.services.policies.frc import FractionalRepetition
@@ -119,9 +120,10 @@ class Chooser(Protocol):
         choices)."""
         ...
 
-    def forget(self, worker: int) -> None:
+    def renew(self, worker: int, prior: float | None) -> None:
         """A new machine holds place ``worker``: what is known of the old one (its
-        delays, the prior) no longer speaks for it. Called between decisions."""
+        delays, its prior) no longer speaks for it; ``prior`` is the new one's slowness
+        from the prior (None: not known). Called between decisions."""
         ...
 
 
@@ -174,6 +176,27 @@ def _prior(text: object) -> tuple[float | None, ...]:
             "many times a typical worker's time a worker takes for the same load (1 = typical)"
         )
     return values
+
+
+def _prior_names(text: object) -> tuple[str, ...]:
+    """The prior_names option: the name of the machine each prior entry was measured on
+    ("" where none is known), or () for none: the prior is then by place."""
+    if not isinstance(text, str):
+        raise ConfigError(
+            f"auto: prior_names must be a string of worker names, comma-separated, one per "
+            f'prior entry (e.g. prior_names = "a,b,c,d"), got {text!r}'
+        )
+    if not text.strip():
+        return ()
+    names = tuple(v.strip() for v in text.split(","))
+    bad = [v for v in names if v and SHOWN_PATTERN.fullmatch(v) is None]
+    if bad:
+        raise ConfigError(
+            f"auto: prior_names has {bad[0][:70]!r}, which no worker can be named (letters, "
+            "digits and . _ : @ + - only): give the names the coordinator showed for the "
+            "source run's workers, as `codedgd tune --write-auto` writes them"
+        )
+    return names
 
 
 # The fixed policies auto has among its rules: those on its placement, groups of r workers
@@ -299,6 +322,16 @@ class Auto(ErasureHead):
             "--write-auto` writes it",
         ),
         Param(
+            "prior_names",
+            str,
+            "",
+            "the name of the worker each prior entry was measured on, comma-separated, in "
+            "the prior's order: the entries follow those machines to whatever places they "
+            "hold (a name the source run did not have: not known); empty: the prior is by "
+            "place. `codedgd tune --write-auto` writes it from a run whose delays were the "
+            "machines' own (no straggler model)",
+        ),
+        Param(
             "tail",
             str,
             "",
@@ -322,6 +355,7 @@ class Auto(ErasureHead):
         ride: float = DEFAULT_RIDE,
         prior: str = "",
         tail: str = "",
+        prior_names: str = "",
     ) -> None:
         if r < 0:
             raise ConfigError(f"auto: r must be a group size >= 1 (or 0: by n), got r={r}")
@@ -345,6 +379,12 @@ class Auto(ErasureHead):
         self.sizes_text = sizes
         self.weights = _weights(lazy)  # the lazy ξ values
         self.prior = _prior(prior)  # each worker's slowness from an earlier run (or None), or ()
+        # The machines the prior's entries were measured on (by their names), or (): the
+        # prior is by place. With them, the entries as given are kept here, and the
+        # prior in use is theirs for the machines holding the places (assigned()).
+        self.prior_names = _prior_names(prior_names)
+        self._measured = self.prior
+        self._holders: list[str] = []  # each place's holder's name (assigned, replaced)
         self.tail = parse_tail(tail)  # the delays' law beyond a bound (None: fitted live)
         self.D = D
         self.xi = 0.0  # in use: 0 = eager rounds
@@ -363,7 +403,8 @@ class Auto(ErasureHead):
         self._pending: tuple[int, Choice, str] | None = None
         self._asked: int | None = None  # the round of the latest deliberation
         self._lag: int | None = None  # rounds from it to the one it took effect at
-        self._replaced: set[int] = set()  # places newcomers took, not yet told the chooser
+        # Places new machines took (→ their prior entry), not yet told the chooser.
+        self._replaced: dict[int, float | None] = {}
         self._replanned: Plan | None = None
         self._ran = Choice(r, 0)
 
@@ -397,6 +438,12 @@ class Auto(ErasureHead):
                 f"auto: prior has {len(self.prior)} values but the job has {n_workers} "
                 "workers: give one slowness per worker (tune --write-auto on a run of this "
                 "pool writes them)"
+            )
+        if self.prior_names and len(self.prior_names) != len(self.prior):
+            raise PlanError(
+                f"auto: prior_names has {len(self.prior_names)} names but prior has "
+                f"{len(self.prior)} values: give one name per prior entry (the worker it was "
+                "measured on), as tune --write-auto writes them, or no prior_names"
             )
         self._use(Choice(self.r, n_workers))
         self._ran = self.current
@@ -472,8 +519,8 @@ class Auto(ErasureHead):
         memory (slow: the coordinator runs it in a thread while rounds go on);
         :meth:`settle` takes its answer."""
         if self.chooser is not None:  # (no decision runs now: safe to tell it)
-            for worker in sorted(self._replaced):
-                self.chooser.forget(worker)
+            for worker, prior in sorted(self._replaced.items()):
+                self.chooser.renew(worker, prior)
             self._replaced.clear()
         if (
             self.chooser is None
@@ -599,23 +646,71 @@ class Auto(ErasureHead):
     def observe(self, record: RoundRecord) -> None:
         self._records.append(record)
 
-    def replaced(self, worker: int) -> None:
+    def assigned(self, names: Sequence[str]) -> None:
+        """The machines holding the places: with ``prior_names``, each place's prior entry
+        becomes its holder's (matched by name, :func:`~codedgd.services.names.
+        match_machines`; not known for a machine the source run did not have), and the
+        mapping is logged. Without, the prior stays by place."""
+        self._holders = list(names)
+        if not self.prior_names or len(names) != len(self._measured):
+            return
+        matched = match_machines(self.prior_names, names)
+        prior = tuple(None if i is None else self._measured[i] for i in matched)
+        for w, value in enumerate(prior):
+            if w >= len(self.prior) or value != self.prior[w]:
+                self._replaced[w] = value
+        self.prior = prior
+        if all(i is None for i in matched):
+            log.warning(
+                "auto: no worker holding a place is named as one of the prior's machines "
+                "(prior_names: %s): the prior is not used. Name the workers as on the "
+                "source run (--name) for it to follow them",
+                ",".join(self.prior_names)[:200],
+            )
+            return
+        log.info(
+            "auto: the prior follows the machines by name: %s",
+            ", ".join(
+                f"{w}={name} " + ("not known" if v is None else f"{v:.3g}")
+                for w, (name, v) in enumerate(zip(names, prior, strict=True))
+            ),
+        )
+
+    def replaced(self, worker: int, name: str = "") -> None:
         """A newcomer holds place ``worker``: the prior's entry for it was the old
         machine's slowness, so it goes (the look-ahead takes the newcomer as unheard
-        until it answers), and is logged; the look-ahead forgets the old machine's
+        until it answers) or, with ``prior_names``, becomes the newcomer's own if the
+        source run had it; either is logged. The look-ahead forgets the old machine's
         delays at its next decision (it runs in a thread: not now)."""
-        self._replaced.add(worker)
-        if 0 <= worker < len(self.prior) and self.prior[worker] is not None:
+        value: float | None = None
+        if self.prior_names and 0 <= worker < len(self._holders):
+            self._holders[worker] = name
+            i = match_machines(self.prior_names, self._holders)[worker]
+            value = None if i is None else self._measured[i]
+        old = self.prior[worker] if 0 <= worker < len(self.prior) else None
+        self._replaced[worker] = value
+        if value is not None:
             log.info(
-                "auto: a new worker holds place %d: its prior slowness %.3g (the old "
-                "machine's, from tune) is dropped",
+                "auto: a new worker, %s, holds place %d: its own prior slowness %.3g "
+                "(from the source run) replaces %s",
+                name,
                 worker,
-                self.prior[worker],
+                value,
+                "none" if old is None else f"{old:.3g}",
             )
-            self._drop_prior(worker)
+        elif old is not None:
+            log.info(
+                "auto: a new worker%s holds place %d: its prior slowness %.3g (the old "
+                "machine's, from tune) is dropped",
+                f", {name}," if name else "",
+                worker,
+                old,
+            )
+        if old is not None or value is not None:
+            self._set_prior(worker, value)
 
-    def _drop_prior(self, worker: int) -> None:
-        self.prior = tuple(None if w == worker else v for w, v in enumerate(self.prior))
+    def _set_prior(self, worker: int, value: float | None) -> None:
+        self.prior = tuple(value if w == worker else v for w, v in enumerate(self.prior))
 
     def round_note(self) -> str:
         return self._note
@@ -654,8 +749,8 @@ class Auto(ErasureHead):
             raise ConfigError(f"auto: the checkpoint's prior_dropped={dropped!r} is not a list")
         for worker in dropped:
             if 0 <= worker < len(self.prior):
-                self._drop_prior(worker)
-                self._replaced.add(worker)  # the chooser built from the job's own prior
+                self._set_prior(worker, None)
+                self._replaced[worker] = None  # the chooser built from the job's own prior
         lazy = state.get("lazy")
         if self._memory is not None and isinstance(lazy, Mapping):
             self._memory.load_state(lazy)

@@ -331,9 +331,19 @@ class Policy(ABC):
         """
         return None
 
-    def replaced(self, worker: int) -> None:  # noqa: B027 - optional hook
-        """A newcomer holds place ``worker`` from now on (it replaced a lost holder):
-        what the policy knew of the old holder's machine is not the newcomer's.
+    def assigned(self, names: Sequence[str]) -> None:  # noqa: B027 - optional hook
+        """The job's places are held, place i by the worker named ``names[i]`` (as the
+        coordinator shows it: its Hello name, "#<session>" appended when that name was
+        already connected).
+
+        The coordinator calls it once the job is assigned (again when a resumed job is),
+        before its first round; the simulator does not (its places are not machines).
+        Default: nothing (a place is its data, not its machine)."""
+
+    def replaced(self, worker: int, name: str = "") -> None:  # noqa: B027 - optional hook
+        """A newcomer, named ``name`` ("" when it has none: the simulator's), holds place
+        ``worker`` from now on (it replaced a lost holder): what the policy knew of the
+        old holder's machine is not the newcomer's.
 
         The coordinator and the simulator call it alike, when the newcomer has taken the
         place; default: nothing (a place is its data, not its machine)."""

@@ -140,7 +140,7 @@ class Lookahead:
         self.tail: DelayFit | None = getattr(prepared.policy, "tail", None)
         self.known = {w for w, v in enumerate(prior) if v is not None}
         for w in self.known:
-            self._bounds[w] = np.array([max(float(prior[w]) - 1.0, 0.0)])
+            self._bounds[w] = _prior_bound(prior[w])
 
     @staticmethod
     def warm() -> None:
@@ -415,14 +415,20 @@ class Lookahead:
             sim.run(on_record=keep)
         return curve
 
-    def forget(self, worker: int) -> None:
+    def renew(self, worker: int, prior: float | None) -> None:
         """A new machine holds place ``worker``: the prior's entry and the delays kept of
-        the old one go; it is unheard until it answers. (The window's records still hold
-        the old holder's last rounds, for up to a window.)"""
-        self.known.discard(worker)
+        the old one go; with ``prior`` (the new machine's own slowness from the prior) it
+        stands in for it as an entry given at the start does, else it is unheard until it
+        answers. (The window's records still hold the old holder's last rounds, for up to
+        a window.)"""
         self._history[worker] = np.empty(0)
-        self._bounds[worker] = np.empty(0)
         self._heard[worker] = -math.inf
+        if prior is None:
+            self.known.discard(worker)
+            self._bounds[worker] = np.empty(0)
+        else:
+            self.known.add(worker)
+            self._bounds[worker] = _prior_bound(prior)
 
     def choose(
         self,
@@ -654,6 +660,12 @@ def _gradient(data: Prepared, theta: np.ndarray) -> np.ndarray:
     ds, model = data.dataset, data.model
     total = model.grad_sum(theta, ds.X_train, ds.y_train)
     return objective_gradient(total, max(int(ds.X_train.shape[0]), 1), model.l2, theta)
+
+
+def _prior_bound(slowness: float) -> np.ndarray:
+    """What a prior entry stands in for, until its worker answers: its delay's lower
+    bound, in the relative terms of excess per second of compute (slowness − 1)."""
+    return np.array([max(float(slowness) - 1.0, 0.0)])
 
 
 def _subsample(prepared: Prepared, rows: int, config: JobConfig) -> tuple[Prepared, float]:

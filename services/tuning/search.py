@@ -51,6 +51,7 @@ import math
 import multiprocessing
 import os
 import signal
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -63,6 +64,7 @@ from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, JobFailed, PlanError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
+from codedgd.services.names import SHOWN_PATTERN
 from codedgd.services.optim import absolute_lr, lr_times_inverse_l
 from codedgd.services.policies.auto import group_size
 from codedgd.services.policies.lag import LazyPolicy
@@ -370,7 +372,7 @@ class Outcome:
 
 
 def auto_start(
-    outcomes: Sequence[Outcome], obs: Observations | None = None
+    outcomes: Sequence[Outcome], obs: Observations | None = None, names: Sequence[str] = ()
 ) -> tuple[Component, Outcome] | None:
     """``auto`` started where the search says: at the group size r of the best-ranked
     candidate that reached the target and is one of auto's rules
@@ -383,7 +385,8 @@ def auto_start(
     With the source run's observations, auto gets their :func:`auto_prior`: what its
     look-ahead takes a worker its rounds have not waited for to be, so it can try smaller
     groups than it started with, and their :func:`auto_tail`: the law of the delays it
-    draws beyond a censored worker's bound."""
+    draws beyond a censored worker's bound. With ``names`` (:func:`auto_prior_names`),
+    the prior's entries follow those machines (auto's ``prior_names``)."""
     prior = auto_prior(obs) if obs is not None else ""
     tail_text = auto_tail(obs) if obs is not None else ""
     for outcome in outcomes:
@@ -394,6 +397,8 @@ def auto_start(
             options: dict[str, Any] = {"r": r}
             if prior:
                 options["prior"] = prior
+                if any(names):
+                    options["prior_names"] = ",".join(names)
             if tail_text:
                 options["tail"] = tail_text
             return Component("auto", options), outcome
@@ -414,6 +419,33 @@ def auto_prior(obs: Observations) -> str:
     if not known.any() or not np.isfinite(slowness[known]).all():
         return ""
     return ",".join(f"{v:.3g}" if k else "" for v, k in zip(slowness, known, strict=True))
+
+
+def auto_prior_names(records: Sequence[RoundRecord], n: int, source: str) -> list[str]:
+    """The name of the machine each place's prior entry was measured on: the holder that
+    held the place for most of the rounds (``RoundRecord.holders``; "" where the records
+    name none, or two names held it equally long). All "" for files of versions before
+    2026-11-30 and the simulator's. A name no worker can be named is refused, naming
+    ``source``, the file read."""
+    holder: dict[int, str] = {}
+    held = [Counter[str]() for _ in range(n)]
+    for record in records:
+        for w, name in record.holders.items():
+            if not (0 <= w < n and SHOWN_PATTERN.fullmatch(name)):
+                raise ConfigError(
+                    f"{source}: round {record.round} names {name[:70]!r} the holder of place "
+                    f"{w}, which is no worker name of a job of {n} workers: the file was not "
+                    "written by codedgd, or was edited"
+                )
+            holder[w] = name
+        for w, name in holder.items():
+            held[w][name] += 1
+    names = []
+    for counts in held:
+        top = counts.most_common(2)
+        unique = top and (len(top) == 1 or top[0][1] > top[1][1])
+        names.append(top[0][0] if unique else "")
+    return names
 
 
 def auto_tail(obs: Observations) -> str:

@@ -434,6 +434,11 @@ async def test_a_newcomer_in_an_auto_job_is_not_taken_for_the_machine_the_prior_
     assert job.places.holders[1].name == "newcomer0"
     dropped = [r.getMessage() for r in caplog.records if "prior slowness" in r.getMessage()]
     assert dropped == [
-        "auto: a new worker holds place 1: its prior slowness 3 (the old machine's, from "
-        "tune) is dropped"
+        "auto: a new worker, newcomer0, holds place 1: its prior slowness 3 (the old "
+        "machine's, from tune) is dropped"
     ]
+    # The records say which machine held which place: all three at round 0, then the
+    # newcomer from the round it took part in.
+    named = [(r.round, dict(r.holders)) for r in job.records if r.holders]
+    assert len(named) == 2 and named[0][0] == 0 and set(named[0][1]) == {0, 1, 2}
+    assert named[1][1] == {1: "newcomer0"} and named[1][0] > 3

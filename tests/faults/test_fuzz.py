@@ -82,7 +82,6 @@ from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import prepare
 from codedgd.services.messages import (
     MAX_ADDRESS_LENGTH,
-    MAX_NAME_LENGTH,
     check_peer_address,
     check_worker_name,
     model_from_messages,
@@ -92,6 +91,7 @@ from codedgd.services.messages import (
 )
 from codedgd.services.models import MODELS
 from codedgd.services.models.saved import SavedModel
+from codedgd.services.names import MAX_NAME_LENGTH
 from codedgd.services.policies.registry import names as policy_names
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.stragglers import STRAGGLER_MODELS

@@ -41,10 +41,11 @@ class Scripted:
         self.script = {t: Choice(*rk) for t, rk in script.items()}
         self.asked: list[tuple[int, int, Choice]] = []
         self.offered: list[tuple[Choice, ...]] = []
-        self.forgot: list[tuple[int, int]] = []  # (decisions asked so far, worker)
+        # (decisions asked so far, worker, its new prior entry)
+        self.renewed: list[tuple[int, int, float | None]] = []
 
-    def forget(self, worker: int) -> None:
-        self.forgot.append((len(self.asked), worker))
+    def renew(self, worker: int, prior: float | None) -> None:
+        self.renewed.append((len(self.asked), worker, prior))
 
     def choose(
         self,
@@ -493,7 +494,7 @@ def test_a_newcomer_at_a_place_is_not_taken_for_the_machine_the_prior_knew(
     # test above). A new machine then takes place 0: the prior said nothing of it, so
     # it is unheard again, and groups of 1 are not tried.
     look, run = _slow_one_in_pairs(tmp_path, {"prior": ",".join(["1"] * 8)})
-    look.forget(0)
+    look.renew(0, None)
     choice, why = look.choose(
         10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
     )
@@ -511,9 +512,9 @@ def test_a_replaced_place_drops_its_prior_entry_tells_the_chooser_and_a_resume_k
     policy.replaced(1)
     policy.replaced(2)  # its entry was typical: dropped too (it was the old machine's)
     assert policy.prior == (1.0, None, None, 1.0)
-    assert chooser.forgot == []  # not while a decision could be running: at the next
+    assert chooser.renewed == []  # not while a decision could be running: at the next
     job = policy.deliberation(3, np.zeros(3))
-    assert chooser.forgot == [(0, 1), (0, 2)] and job is not None
+    assert chooser.renewed == [(0, 1, None), (0, 2, None)] and job is not None
     state = policy.state()
     assert state["prior_dropped"] == [1, 2]
     resumed = Auto(r=2, prior="1,3,1,1", lazy="none", window=5)
@@ -522,6 +523,103 @@ def test_a_replaced_place_drops_its_prior_entry_tells_the_chooser_and_a_resume_k
     assert resumed.prior == (1.0, None, None, 1.0)
     with pytest.raises(ConfigError, match="prior_dropped"):
         resumed.load_state({**state, "prior_dropped": "1"})
+
+
+def test_a_prior_entry_given_to_a_new_machine_stands_in_for_it(tmp_path: Path) -> None:
+    # The prior calls worker 0 typical, so groups of 1 are taken (as above). A new
+    # machine takes place 0 whose own entry says 17: it is known, and known to be slow,
+    # so pairs are kept on what the prior says, not for want of having heard it.
+    look, run = _slow_one_in_pairs(tmp_path, {"prior": ",".join(["1"] * 8)})
+    look.renew(0, 17.0)
+    choice, why = look.choose(
+        10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
+    )
+    assert choice == Choice(2, 8) and "not tried" not in why, why
+
+
+def _named(prior: str, names: str) -> tuple[Auto, Scripted]:
+    policy = Auto(r=2, prior=prior, prior_names=names, lazy="none", window=5)
+    policy.plan(4, 4)
+    chooser = Scripted({})
+    policy.attach(chooser)
+    for t in range(3):
+        policy.observe(_record(t))
+    return policy, chooser
+
+
+def test_with_prior_names_the_entries_follow_the_machines_to_their_places(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policy, chooser = _named("1,3,1,1", "a,b,c,d")
+    with caplog.at_level(logging.INFO, logger="codedgd.services.policies.auto"):
+        # b (slowness 3 on the source run) connected last this time; x was not there.
+        policy.assigned(["c", "a", "x", "b#12"])
+    assert policy.prior == (1.0, 1.0, None, 3.0)
+    assert "0=c 1, 1=a 1, 2=x not known, 3=b#12 3" in caplog.text
+    policy.deliberation(3, np.zeros(3))
+    # Only the places whose entry changed are told (place 0 was 1 and is 1).
+    assert chooser.renewed == [(0, 1, 1.0), (0, 2, None), (0, 3, 3.0)]
+
+
+def test_a_newcomer_named_on_the_source_run_brings_its_own_prior_entry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policy, chooser = _named("1,3,1,1", "a,b,c,d")
+    policy.assigned(["a", "x", "c", "d"])
+    assert policy.prior == (1.0, None, 1.0, 1.0)
+    with caplog.at_level(logging.INFO, logger="codedgd.services.policies.auto"):
+        policy.replaced(1, "b")  # b comes back, at its old place
+        policy.replaced(2, "y")  # a stranger takes c's place
+    assert policy.prior == (1.0, 3.0, None, 1.0)
+    assert "a new worker, b, holds place 1: its own prior slowness 3" in caplog.text
+    assert "a new worker, y, holds place 2: its prior slowness 1 (the old" in caplog.text
+    policy.deliberation(3, np.zeros(3))
+    assert chooser.renewed == [(0, 1, 3.0), (0, 2, None)]
+    # A resumed job is assigned again: the entries are its holders' then, whatever was
+    # dropped before.
+    resumed, _ = _named("1,3,1,1", "a,b,c,d")
+    resumed.load_state(json.loads(json.dumps(policy.state())))
+    resumed.assigned(["d", "c", "b", "a"])
+    assert resumed.prior == (1.0, 1.0, 3.0, 1.0)
+
+
+def test_default_names_match_on_their_host_and_a_pool_of_strangers_drops_the_prior(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # host:pid names change pid with every process: the host is the machine, when it
+    # held one place on each run (h2 held two on the source run: not told apart).
+    policy, _ = _named("1,3,2,4", "h1:100,h2:200,h2:201,h3:5")
+    policy.assigned(["h3:9", "h1:7", "h2:300", "w"])
+    assert policy.prior == (4.0, 1.0, None, None)
+    with caplog.at_level(logging.WARNING, logger="codedgd.services.policies.auto"):
+        policy.assigned(["p", "q", "r", "s"])
+    assert policy.prior == (None, None, None, None)
+    assert "no worker holding a place is named as one of the prior's machines" in caplog.text
+    assert "(--name)" in caplog.text
+
+
+def test_without_prior_names_the_prior_stays_by_place() -> None:
+    policy, _ = _named("1,3,1,1", "")
+    policy.assigned(["d", "c", "b", "a"])
+    assert policy.prior == (1.0, 3.0, 1.0, 1.0)
+    policy.replaced(1, "b")
+    assert policy.prior == (1.0, None, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"prior": "1,3,1,1", "prior_names": "a,b,c"}, PlanError, "one name per prior entry"),
+        ({"prior": "", "prior_names": "a,b,c,d"}, PlanError, "prior_names has 4 names but"),
+        ({"prior": "1,3,1,1", "prior_names": "a,b c,c,d"}, ConfigError, "'b c', which no"),
+        ({"prior": "1,3,1,1", "prior_names": 7}, ConfigError, "prior_names must be a string"),
+    ],
+)
+def test_bad_prior_names_are_refused_naming_the_fix(
+    options: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        Auto(r=2, lazy="none", **options).plan(4, 4)
 
 
 def test_it_moves_back_to_smaller_groups_in_the_first_decision_after_a_calm_round(
