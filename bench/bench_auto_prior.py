@@ -13,8 +13,15 @@ along: the best fixed rules of bench_auto_reach) and ``auto`` started at each
 runs each under the scenario's true delays (medians), and prints each auto's time over
 the best fixed rule's.
 
+With ``--reversed``, auto also runs with the prior's entries in reverse order: the
+prior by place of a pool whose machines connected in reverse order this time (the slow
+machines' entries at other places), which is what ``prior_names`` (the entries follow
+the machines by name) spares a real pool. With the names, the entries are the ones of
+the "with prior" column.
+
     python -m bench.bench_auto_prior
     python -m bench.bench_auto_prior --n 16 --scenario few-slow --start 4
+    python -m bench.bench_auto_prior --start 4 --scenario few-slow two-classes --reversed
 """
 
 from __future__ import annotations
@@ -39,11 +46,19 @@ def main() -> None:
     p.add_argument("--n", type=int, nargs="+", default=[16, 64])
     p.add_argument("--scenario", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
     p.add_argument("--start", type=int, nargs="+", default=[2, 4], help="auto's starting r")
+    p.add_argument(
+        "--reversed",
+        action="store_true",
+        help="also run with the prior's entries reversed (a pool connected in another order)",
+    )
     a = p.parse_args()
     started = time.time()
-    head = " | ".join(f"auto r={r} (s) | with prior (s) | / best | prior / best" for r in a.start)
+    more = " | reversed prior (s) | reversed / best" if a.reversed else ""
+    head = " | ".join(
+        f"auto r={r} (s) | with prior (s) | / best | prior / best{more}" for r in a.start
+    )
     print(f"| scenario | n | best fixed rule | its time (s) | {head} |")
-    print("|---|---:|---|---:|" + "---:|" * (4 * len(a.start)))
+    print("|---|---:|---|---:|" + "---:|" * ((6 if a.reversed else 4) * len(a.start)))
     for n in a.n:
         for scenario in a.scenario:
             source, target = source_and_target(n, scenario)
@@ -66,10 +81,17 @@ def main() -> None:
                 known = _median_time(
                     source, Component("auto", {"r": r, "prior": prior, "tail": tail}), target
                 )
-                cells.append(
+                cell = (
                     f"{plain:.2f} | {known:.2f} | {plain / fixed[best]:.2f} | "
                     f"{known / fixed[best]:.2f}"
                 )
+                if a.reversed:
+                    other = ",".join(reversed(prior.split(","))) if prior else ""
+                    wrong = _median_time(
+                        source, Component("auto", {"r": r, "prior": other, "tail": tail}), target
+                    )
+                    cell += f" | {wrong:.2f} | {wrong / fixed[best]:.2f}"
+                cells.append(cell)
             print(
                 f"| {scenario} | {n} | {best} | {fixed[best]:.2f} | {' | '.join(cells)} |",
                 flush=True,
