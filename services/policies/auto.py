@@ -337,7 +337,9 @@ class Auto(ErasureHead):
             "",
             "the law of the delays the look-ahead draws beyond a censored worker's bound "
             "(family:params, e.g. pareto:scale=0.02,shape=1.5), instead of one fitted to "
-            "each refit window (its few values, most of them censored); `codedgd tune "
+            "each refit window (its few values, most of them censored), until it no longer "
+            "fits the job's own rounds (tested at every decision, over up to its last 60 "
+            "timed rounds; then their fit, logged); `codedgd tune "
             "--write-auto` writes the one it fitted to the run it read",
         ),
     )

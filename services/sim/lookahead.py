@@ -4,7 +4,9 @@ Every ``window`` rounds :meth:`Lookahead.choose` refits the delays of the last r
 (:func:`~codedgd.services.stragglers.fitted.observe`, censored fits, resampled replay;
 censored values informed by each worker's own earlier delays, or their bounds raised by
 its earlier bounds, and drawn beyond them from the better-fitting family's tail, or
-the exponential's where that is a Pareto with an infinite mean: ``Fit.tail``), then
+the exponential's where that is a Pareto with an infinite mean: ``Fit.tail``; with
+auto's ``tail`` option, from that law until it no longer fits the job's own rounds:
+:data:`TAIL_TEST_ROUNDS`), then
 runs candidates on the simulator (the vectorized engine; the events one for mini-batch
 rounds) **from the current θ**, on the job's own data and model, all with the
 same replayed delays (a paired comparison), ``replays`` times:
@@ -51,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -78,7 +81,10 @@ from codedgd.services.stragglers.fitted import (
     ResampledDelay,
     fit_delays,
     observe,
+    typical_fit,
 )
+
+log = logging.getLogger(__name__)
 
 Shipping = Callable[[Plan, Plan], float]
 """Seconds to move a job's workers from the first plan to the second."""
@@ -90,6 +96,22 @@ Shipping = Callable[[Plan, Plan], float]
 # the next refit corrects: with 3.4 at n = 16, auto on two-classes lost its slow half and
 # went from 0.97 to 1.08 of the best fixed policy (docs/tuning.md).
 LIVE_SIGMAS = 3.0
+
+# auto's tail option (the law `tune --write-auto` fitted to an earlier run) gives way to
+# the job's own when it no longer fits them: tested at every decision once the job has
+# TAIL_TEST_ROUNDS timed rounds, pooled over decisions (the last TAIL_POOL_ROUNDS kept),
+# against their own fit over the typical workers. It gives way when its
+# Kolmogorov–Smirnov distance to their Kaplan–Meier estimate is TAIL_MARGIN beyond
+# their own fit's and beyond KS_CRITICAL / sqrt(the uncensored values) (the 5 % critical
+# value of a law not fitted to them: with few values only a law far off gives way). Early,
+# because a stale law does its harm in the warm-up's decisions (rounds 2-10): from a run
+# of light exponential delays, auto on Pareto ones moved to single workers at round 6
+# (bench_auto_stale_tail; at 10 or 30 rounds the test came after that, and changed
+# nothing). On the job's own law the option's distance was within 0.02 of their fit's.
+TAIL_TEST_ROUNDS = 4
+TAIL_POOL_ROUNDS = 60
+TAIL_MARGIN = 0.1
+KS_CRITICAL = 1.36
 
 
 class Lookahead:
@@ -138,6 +160,11 @@ class Lookahead:
         if len(prior) != config.workers:
             prior = ()
         self.tail: DelayFit | None = getattr(prepared.policy, "tail", None)
+        # The job's own timed rounds, pooled over decisions while a tail option holds
+        # (round → its observed row: excess, censored, compute), and why the option gave
+        # way to their fit ("" while it holds).
+        self._pool: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.stale = ""
         self.known = {w for w, v in enumerate(prior) if v is not None}
         for w in self.known:
             self._bounds[w] = _prior_bound(prior[w])
@@ -415,6 +442,50 @@ class Lookahead:
             sim.run(on_record=keep)
         return curve
 
+    def _tail(self, records: Sequence[RoundRecord], seen: Observations) -> DelayFit:
+        """The law censored delays are drawn from beyond their bound: the tail option
+        while it fits the job's own rounds (see :data:`TAIL_TEST_ROUNDS`), then their
+        own fit, refitted at every decision; without the option, these rounds' fit."""
+        if self.tail is None:
+            return fit_delays(seen).tail
+        timed = [r.round for r in records if r.response_seconds or r.ready_seconds]
+        for i, t in enumerate(timed):  # (observe's rows: the timed records, in order)
+            self._pool[t] = (seen.excess[i], seen.censored[i], seen.compute[i])
+        for t in sorted(self._pool)[:-TAIL_POOL_ROUNDS]:
+            del self._pool[t]
+        if len(self._pool) < TAIL_TEST_ROUNDS:
+            return self.tail
+        rows = [self._pool[t] for t in sorted(self._pool)]
+        pooled = dataclasses.replace(
+            seen,
+            excess=np.array([e for e, _, _ in rows]),
+            censored=np.array([c for _, c, _ in rows]),
+            compute=np.array([c for _, _, c in rows]),
+        )
+        try:
+            own = typical_fit(pooled)
+        except CodedGDError:
+            return self.tail
+        if self.stale:
+            return own.tail
+        given, fitted = own.distance(self.tail), own.tail.ks
+        if given > max(fitted + TAIL_MARGIN, KS_CRITICAL / math.sqrt(max(own.exact, 1))):
+            self.stale = (
+                f"the tail option is {given:.2f} from them in KS distance, their own fit "
+                f"{fitted:.2f}"
+            )
+            log.info(
+                "auto: the tail option no longer fits the job's delays (KS distance %.2f "
+                "over its last %d rounds, against %.2f of their own fit, %s): censored "
+                "delays are drawn from their fit from now on",
+                given,
+                len(rows),
+                fitted,
+                own.tail.family,
+            )
+            return own.tail
+        return self.tail
+
     def renew(self, worker: int, prior: float | None) -> None:
         """A new machine holds place ``worker``: the prior's entry and the delays kept of
         the old one go; with ``prior`` (the new machine's own slowness from the prior) it
@@ -458,7 +529,7 @@ class Lookahead:
             # little of the tail (fitted from a decision's first two rounds, a Pareto of
             # shape 1.5 came out at 4.4, and auto moved to single workers that waited for
             # every worker's tail).
-            tail = self.tail or fit_delays(seen).tail
+            tail = self._tail(records, seen)
         except CodedGDError as exc:
             return current, f"no refit: {exc}"
         delays = ResampledDelay(obs, tail, seed=0)  # reseeded for each replay
@@ -583,7 +654,12 @@ class Lookahead:
         )
         # What the censored delays were drawn from: the hidden term of most decisions.
         law = ", ".join(f"{k}={v:.3g}" for k, v in tail.params.items())
-        origin = "the tail option" if self.tail is not None else "these rounds' fit"
+        if self.stale:
+            origin = f"the job's last {len(self._pool)} rounds' fit ({self.stale})"
+        elif self.tail is not None:
+            origin = "the tail option"
+        else:
+            origin = "these rounds' fit"
         summary += f"; censored delays drawn from {tail.family}({law}), {origin}"
         if phased:
             summary += (

@@ -562,6 +562,16 @@ class Fit:
             return best
         return next((f for f in self.fits if f.family != "pareto" and not f.why_not), best)
 
+    @property
+    def exact(self) -> int:
+        """How many of the values are not censored."""
+        return int(np.sum(~self.censored))
+
+    def distance(self, law: DelayFit) -> float:
+        """The Kolmogorov–Smirnov distance of ``law`` (fitted to these values or not) to
+        their Kaplan–Meier estimate, as each fitted family's ``ks``."""
+        return _ks_distance(law, self.values, self.censored)
+
 
 # A Pareto tail of this shape or less (an infinite mean) is not drawn from: see Fit.tail.
 MIN_TAIL_SHAPE = 1.0
@@ -628,23 +638,49 @@ def fit_delays(obs: Observations) -> Fit:
             "the run's delays beyond compute are all equal (or fewer than two were seen): "
             "nothing to fit; a cluster without stragglers needs no coding (uncoded)"
         )
+    fits = [_shifted_exponential(values, censored), _pareto(values, censored)]
+    scored = [
+        f if f.why_not else DelayFit(f.family, f.params, _ks_distance(f, values, censored))
+        for f in fits
+    ]
+    scored.sort(key=lambda f: (math.isnan(f.ks), f.ks))
+    return Fit(tuple(scored), values, censored)
+
+
+def _ks_distance(law: DelayFit, values: np.ndarray, censored: np.ndarray) -> float:
+    """The largest gap between ``law``'s CDF and the Kaplan–Meier estimate of ``values``
+    (``censored`` ones at their bound), over the uncensored values."""
     from scipy import stats
 
+    exact = values[~censored]
     km = stats.ecdf(stats.CensoredData(uncensored=exact, right=values[censored]))
     grid = np.unique(exact)
     empirical = km.cdf.evaluate(grid)
-    fits = [_shifted_exponential(values, censored), _pareto(values, censored)]
-    scored = []
-    for f in fits:
-        if not f.why_not:
-            fitted = f.cdf(grid)
-            # The ECDF jumps at each grid point: compare against both sides of each step.
-            before = np.concatenate([[0.0], empirical[:-1]])
-            ks = float(max(np.max(np.abs(fitted - empirical)), np.max(np.abs(fitted - before))))
-            f = DelayFit(f.family, f.params, ks)
-        scored.append(f)
-    scored.sort(key=lambda f: (math.isnan(f.ks), f.ks))
-    return Fit(tuple(scored), values, censored)
+    fitted = law.cdf(grid)
+    # The ECDF jumps at each grid point: compare against both sides of each step.
+    before = np.concatenate([[0.0], empirical[:-1]])
+    return float(max(np.max(np.abs(fitted - empirical)), np.max(np.abs(fitted - before))))
+
+
+def typical_fit(obs: Observations) -> Fit:
+    """:func:`fit_delays` over the workers with no persistent excess (the typical ones; a
+    slow machine's delays are its own, and pooled in they would make every censored
+    worker's draw a slow machine's). A ConfigError when fewer than two are typical, or
+    their delays cannot be fitted."""
+    typical = obs.persistent_excess() == 0.0
+    if typical.sum() < 2:
+        raise ConfigError(
+            f"{int(typical.sum())} of the {obs.n_workers} workers have no persistent excess "
+            "delay: too few typical workers to fit their law"
+        )
+    return fit_delays(
+        replace(
+            obs,
+            excess=obs.excess[:, typical],
+            censored=obs.censored[:, typical],
+            compute=obs.compute[:, typical],
+        )
+    )
 
 
 def _shifted_exponential(values: np.ndarray, censored: np.ndarray) -> DelayFit:

@@ -81,6 +81,7 @@ from codedgd.services.stragglers.fitted import (
     ResampledDelay,
     fit_delays,
     tail_option,
+    typical_fit,
 )
 
 SEARCHED = (
@@ -456,17 +457,8 @@ def auto_tail(obs: Observations) -> str:
     slow ones are the prior's (:func:`auto_prior`), and pooled in they would make every
     censored worker's draw theirs: on few-slow at n = 16 a mean excess of 0.05 s where
     the typical workers' is 0.02 s."""
-    typical = obs.persistent_excess() == 0.0
-    if typical.sum() < 2:
-        return ""
-    own = dataclasses.replace(
-        obs,
-        excess=obs.excess[:, typical],
-        censored=obs.censored[:, typical],
-        compute=obs.compute[:, typical],
-    )
     try:
-        tail = fit_delays(own).tail
+        tail = typical_fit(obs).tail
     except ConfigError:
         return ""
     return "" if tail.why_not else tail_option(tail)

@@ -537,6 +537,51 @@ def test_a_prior_entry_given_to_a_new_machine_stands_in_for_it(tmp_path: Path) -
     assert choice == Choice(2, 8) and "not tried" not in why, why
 
 
+def _tail_job(tail: str, rounds: int) -> tuple[Lookahead, Any]:
+    """``rounds`` rounds of frc s=1 on 8 workers under Pareto delays (scale 0.02, shape
+    1.5), and the look-ahead of an auto job with ``tail`` on that pool."""
+    config = JobConfig(
+        workers=8,
+        rounds=rounds,
+        seed=3,
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        policy=Component("frc", {"s": 1}),
+        stragglers=Component("pareto", {"scale": 0.02, "shape": 1.5}),
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    run = simulate(config, cost)
+    job = config.replace(policy=Component("auto", {"r": 2, "choices": "8", "tail": tail}))
+    return Lookahead(job, prepare(job, None), cost), run
+
+
+@pytest.mark.parametrize(
+    ("tail", "gives_way"),
+    [
+        # A law far lighter than the job's delays (a mean of 1 ms against Pareto's 60 ms).
+        ("shifted-exponential:shift=0.0001,rate=1000", True),
+        # The job's own law.
+        ("pareto:scale=0.02,shape=1.5", False),
+    ],
+)
+def test_a_tail_option_gives_way_to_the_job_s_own_delays_only_when_it_does_not_fit_them(
+    tail: str, gives_way: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    look, run = _tail_job(tail, 20)
+    options = [Choice(1, 8), Choice(2, 8)]
+    # Three rounds are too few to judge a law by (TAIL_TEST_ROUNDS): the option holds.
+    _, why = look.choose(3, run.theta, run.records[:3], Choice(2, 8), options)
+    assert look.stale == "" and "drawn from " in why and "the tail option" in why, why
+    with caplog.at_level(logging.INFO, logger="codedgd.services.sim.lookahead"):
+        for t in (10, 20):
+            _, why = look.choose(t, run.theta, run.records[t - 10 : t], Choice(2, 8), options)
+    if gives_way:
+        assert look.stale.startswith("the tail option is ")
+        assert "the job's last 20 rounds' fit (the tail option is 1.00 from them" in why, why
+        assert "the tail option no longer fits the job's delays" in caplog.text
+    else:
+        assert look.stale == "" and "from pareto(scale=0.02, shape=1.5), the tail option" in why
+
+
 def _named(prior: str, names: str) -> tuple[Auto, Scripted]:
     policy = Auto(r=2, prior=prior, prior_names=names, lazy="none", window=5)
     policy.plan(4, 4)
