@@ -45,6 +45,11 @@ the look-ahead does not try a smaller group size while one of its groups would h
 unheard workers only. ``prior`` gives each worker's slowness from an earlier run on the
 pool (``codedgd tune --write-auto`` writes it, for the workers that run waited for): it
 stands in for a worker until the worker answers, and a worker it knows is never unheard.
+With ``prior_names`` (the machine each entry was measured on, which tune writes from a run
+whose delays were the machines' own) the entries follow the machines to the places they
+hold (:meth:`assigned`, :meth:`replaced`); without, they are by place. ``tail`` is the
+law censored delays are drawn from, until it no longer fits the job's own rounds (the
+look-ahead's test).
 
 Without a chooser (a policy object used alone) it stays at its start rule.
 """
