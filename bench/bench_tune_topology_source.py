@@ -3,7 +3,9 @@
 A ring's or tree's run records each worker's own time from θ to its message
 (``ready_seconds``), not arrivals at the coordinator; tune fits those and charges every
 candidate the stated links. This bench checks that such a source leads where a star
-source does. For each scenario of bench_tune (n = 12: a tree of fanout 3 and 2 levels),
+source does. For each scenario of bench_tune (n = 12 by default: a tree of fanout 3 and
+2 levels; ``--n`` another size with a full tree, its sources' tree the one of fewest
+levels from 2 up: n = 30 is fanout 5, 2 levels),
 the same cluster (delays and the links of bench_tune's cost model: 1 ms, 1 GB/s) runs
 one source job of each kind for ``--source-rounds`` rounds: uncoded (the star), tree
 (s = 0: every worker's time reaches the coordinator), codedreduce (s = 1: a parent
@@ -17,6 +19,7 @@ predicted times are from their true ones (predicted / true, lowest and highest).
 
     python -m bench.bench_tune_topology_source
     python -m bench.bench_tune_topology_source --scenario pareto --scenario few-slow
+    python -m bench.bench_tune_topology_source --n 30
 """
 
 from __future__ import annotations
@@ -33,40 +36,51 @@ from codedgd.services.job import Component, JobConfig
 from codedgd.services.sim.engines import simulate
 from codedgd.services.stragglers import create_straggler_model
 from codedgd.services.tuning import Link, fit_delays, observe, search
-from codedgd.services.tuning.search import TOPOLOGIES
+from codedgd.services.tuning.search import TOPOLOGIES, tree_shapes
 
-N = 12
-SOURCES = {
-    "uncoded": Component("uncoded", {}),
-    "tree": Component("tree", {"fanout": 3, "levels": 2}),
-    "codedreduce": Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1}),
-    "ring-allreduce": Component("ring-allreduce", {}),
-}
+SOURCE_NAMES = ("uncoded", "tree", "codedreduce", "ring-allreduce")
+
+
+def sources(n: int) -> dict[str, Component]:
+    """The source runs at n: the star, the tree (s = 0) and codedreduce (s = 1) on the
+    full tree of n of fewest levels from 2 up, and the ring."""
+    shapes = sorted(tree_shapes(n), key=lambda shape: (shape[1] < 2, shape[1]))
+    if not shapes or shapes[0][1] < 2:
+        raise SystemExit(f"--n {n}: no full tree of 2 levels or more has n workers (12, 20, 30)")
+    fanout, levels = shapes[0]
+    return {
+        "uncoded": Component("uncoded", {}),
+        "tree": Component("tree", {"fanout": fanout, "levels": levels}),
+        "codedreduce": Component("codedreduce", {"fanout": fanout, "levels": levels, "s": 1}),
+        "ring-allreduce": Component("ring-allreduce", {}),
+    }
 
 
 def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    stragglers = SCENARIOS[scenario](N)
-    cost = cost_for(N)
+    n = args.n
+    kinds = sources(n)
+    stragglers = SCENARIOS[scenario](n)
+    cost = cost_for(n)
     link = Link(cost.latency_seconds, cost.bandwidth_bytes_per_second)
     job = JobConfig(
-        workers=N,
+        workers=n,
         rounds=args.source_rounds,
         seed=3,
-        data=Component("synthetic", {"rows": 200 * N, "dim": 50}),
+        data=Component("synthetic", {"rows": 200 * n, "dim": 50}),
         stragglers=stragglers,
         round_timeout=1e9,
     )
-    star = simulate(job.replace(policy=SOURCES["uncoded"]), cost).records
+    star = simulate(job.replace(policy=kinds["uncoded"]), cost).records
     target = star[-1].loss  # one target for every source: where the star run ended
 
     def truth(rep: int) -> Any:
         options = dict(stragglers.options)
         if stragglers.name == "speed-classes":
             options["pool"] = job.seed  # the same slow machines as the sources'
-        return create_straggler_model(stragglers.name, options, seed=1000 + rep, n_workers=N)
+        return create_straggler_model(stragglers.name, options, seed=1000 + rep, n_workers=n)
 
-    base = job.replace(policy=SOURCES["uncoded"])
-    obs = observe(star, N)
+    base = job.replace(policy=kinds["uncoded"])
+    obs = observe(star, n)
     exhaustive = search(
         base,
         obs,
@@ -82,11 +96,11 @@ def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     true_time = {o.label: o.predicted for o in exhaustive}
     best = min(exhaustive, key=lambda o: o.predicted)
     rows = []
-    for name in args.source or list(SOURCES):
-        source = job.replace(policy=SOURCES[name])
+    for name in args.source or list(kinds):
+        source = job.replace(policy=kinds[name])
         records = star if name == "uncoded" else simulate(source, cost).records
         started = time.perf_counter()
-        seen = observe(records, N)
+        seen = observe(records, n)
         picked = search(
             source,
             seen,
@@ -130,12 +144,14 @@ def main() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
-    p.add_argument("--source", action="append", choices=list(SOURCES))
+    p.add_argument("--n", type=int, default=12, help="workers (a full tree: 12, 20, 30, ...)")
+    p.add_argument("--source", action="append", choices=list(SOURCE_NAMES))
     p.add_argument("--source-rounds", type=int, default=100)
     p.add_argument("--rounds", type=int, default=250, help="most rounds a candidate may take")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--jobs", type=int, default=0, help="tune's processes (0: one per CPU)")
     args = p.parse_args()
+    sources(args.n)  # (a size without a tree: said now)
     print(
         "| scenario | source run | values (censored) | tune's pick | true (s) | best of "
         "exhaustive | best (s) | pick / best | top 10: predicted / true | tune took (s) |"

@@ -438,7 +438,7 @@ async def test_a_newcomer_in_an_auto_job_is_not_taken_for_the_machine_the_prior_
         "machine's, from tune) is dropped"
     ]
     # The records say which machine held which place: all three at round 0, then the
-    # newcomer from the round it took part in.
+    # newcomer, in the first record after it took the place.
     named = [(r.round, dict(r.holders)) for r in job.records if r.holders]
     assert len(named) == 2 and named[0][0] == 0 and set(named[0][1]) == {0, 1, 2}
-    assert named[1][1] == {1: "newcomer0"} and named[1][0] > 3
+    assert named[1][1] == {1: "newcomer0"} and named[1][0] >= 3  # (killed after round 2)
