@@ -81,6 +81,7 @@ from codedgd.services.stragglers.fitted import (
     ResampledDelay,
     fit_delays,
     observe,
+    timed_records,
     typical_fit,
 )
 
@@ -106,8 +107,10 @@ LIVE_SIGMAS = 3.0
 # value of a law not fitted to them: with few values only a law far off gives way). Early,
 # because a stale law does its harm in the warm-up's decisions (rounds 2-10): from a run
 # of light exponential delays, auto on Pareto ones moved to single workers at round 6
-# (bench_auto_stale_tail; at 10 or 30 rounds the test came after that, and changed
-# nothing). On the job's own law the option's distance was within 0.02 of their fit's.
+# (read from the round records by a diagnostic script; tested at 10 or 30 rounds, by
+# bench_auto_stale_tail, the test came after that and changed nothing). On the job's own
+# law the option's distance was within 0.02 of their fit's (docs/tuning.md, "A tail that
+# no longer fits").
 TAIL_TEST_ROUNDS = 4
 TAIL_POOL_ROUNDS = 60
 TAIL_MARGIN = 0.1
@@ -448,9 +451,8 @@ class Lookahead:
         own fit, refitted at every decision; without the option, these rounds' fit."""
         if self.tail is None:
             return fit_delays(seen).tail
-        timed = [r.round for r in records if r.response_seconds or r.ready_seconds]
-        for i, t in enumerate(timed):  # (observe's rows: the timed records, in order)
-            self._pool[t] = (seen.excess[i], seen.censored[i], seen.compute[i])
+        for i, r in enumerate(timed_records(records)):  # (observe's rows, in order)
+            self._pool[r.round] = (seen.excess[i], seen.censored[i], seen.compute[i])
         for t in sorted(self._pool)[:-TAIL_POOL_ROUNDS]:
             del self._pool[t]
         if len(self._pool) < TAIL_TEST_ROUNDS:

@@ -400,6 +400,12 @@ def _of_the_job(round_: int, workers: Iterable[int], what: str, n_workers: int) 
         )
 
 
+def timed_records(records: Sequence[RoundRecord]) -> list[RoundRecord]:
+    """The records :func:`observe` reads, in order, one row of its observations each:
+    those with per-worker times (a star's responses, or a ring's or tree's own times)."""
+    return [r for r in records if r.response_seconds or r.ready_seconds]
+
+
 def observe(
     records: Sequence[RoundRecord], n_workers: int, min_rounds: int = MIN_ROUNDS
 ) -> Observations:
@@ -412,7 +418,7 @@ def observe(
     left out (codedreduce) is censored at ``left_out_seconds`` (the longest own time of
     the siblings used) less the round's mean compute; an inner node left out is not
     observed there (its sum waits for its children too: no bound on its own time)."""
-    timed = [r for r in records if r.response_seconds or r.ready_seconds]
+    timed = timed_records(records)
     if len(timed) < min_rounds:
         raise ConfigError(
             f"the run has {len(timed)} round(s) with per-worker response times; fitting "
