@@ -7,7 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codedgd.client.cli.options import (
     DEFAULT_ADDRESS,
@@ -16,6 +16,11 @@ from codedgd.client.cli.options import (
     security_from_args,
 )
 from codedgd.services.errors import ConfigError
+
+if TYPE_CHECKING:
+    from codedgd.services.job import JobConfig
+    from codedgd.services.records import RoundRecord
+    from codedgd.services.tuning import LinkFit
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -77,6 +82,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="PROBE.json",
         default="probe.json",
         help="where the probe's result file goes (default ./probe.json)",
+    )
+    probe.add_argument(
+        "--probe-links",
+        action="store_true",
+        help="measure the links between workers on the live pool (--coordinator), for the "
+        "topologies: two uncoded jobs of one worker, with 8 kB and 2 MB messages, 20 rounds "
+        "each (their result files beside --probe-output); the fitted latency and bandwidth "
+        "stand for --link-latency and --link-bandwidth. With a result file or --probe",
     )
     probe.add_argument("--coordinator", default=DEFAULT_ADDRESS, help="host:port")
     add_security_arguments(p, server=False)
@@ -218,6 +231,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError("--jobs must be >= 0 (0: one process per CPU)")
     if (args.results is None) == (args.probe is None):
         raise ConfigError("give a result file, or --probe JOB.toml (not both)")
+    if args.probe_links and args.link_latency is not None:
+        raise ConfigError(
+            "give --probe-links (measure the links) or --link-latency and --link-bandwidth "
+            "(state them), not both"
+        )
     if (args.link_latency is None) != (args.link_bandwidth is None):
         raise ConfigError(
             "give both --link-latency and --link-bandwidth (the links between workers), or neither"
@@ -242,6 +260,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     steps = step_sizes(args.lr or [])  # (a typo named now, not after the probe)
     if args.probe is not None:
         args.results = _probe(args)
+    fitted_link = _probe_links(args) if args.probe_links else None
+    if fitted_link is not None:
+        link = fitted_link.link
     job_doc, _, records = read_result_file(args.results)
     try:
         source = JobConfig.from_dict({k: v for k, v in job_doc.items() if k in _SECTIONS})
@@ -376,6 +397,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
             # "own": a ring's or tree's run, fitted from its workers' own times (no network
             # time in them: every candidate paid the stated links); "arrivals": a star's.
             "timings": "own" if own_times else "arrivals",
+            # the links topology candidates paid: measured (--probe-links), or stated
+            "link": (
+                fitted_link.to_dict()
+                if fitted_link is not None
+                else (
+                    {
+                        "latency_seconds": link.latency_seconds,
+                        "bandwidth_bytes_per_second": link.bandwidth_bytes_per_second,
+                    }
+                    if link is not None and math.isfinite(link.bandwidth_bytes_per_second)
+                    else None
+                )
+            ),
             "slowness": [float(s) for s in slowness],
             "load_slowness": [float(s) for s in load_slowness],
             "candidates": [o.to_dict() for o in outcomes],
@@ -496,7 +530,6 @@ def _probe(args: argparse.Namespace) -> str:
     """Run the probe job on the live pool; the path of its result file."""
     import asyncio
 
-    from codedgd.client.api import Client
     from codedgd.services.job import Component, JobConfig
     from codedgd.services.records import write_results
 
@@ -506,28 +539,62 @@ def _probe(args: argparse.Namespace) -> str:
         policy=Component("uncoded", {}), rounds=args.probe_rounds, target_loss=None
     )
     out = Path(args.probe_output)
+    [(records, doc)] = asyncio.run(_on_pool(args, [(config, "probe job")]))
+    write_results(out, doc, records, {"rounds": len(records)})
+    print(f"probe results: {out}", file=sys.stderr)
+    return str(out)
 
-    async def main() -> None:
-        async with Client(args.coordinator, security_from_args(args)) as client:
-            status = await client.status()
-            if status.workers_connected < config.workers:
-                raise ConfigError(
-                    f"the pool at {args.coordinator} has {status.workers_connected} worker(s) "
-                    f"connected but the job needs {config.workers}: start more workers, or "
-                    "probe with a job of fewer"
-                )
+
+async def _on_pool(
+    args: argparse.Namespace, jobs: list[tuple[JobConfig, str]]
+) -> list[tuple[list[RoundRecord], dict[str, Any]]]:
+    """Run each job on the pool at --coordinator, one after another: its records and
+    its result file's job document. Refused, with the counts, on a pool too small."""
+    from codedgd.client.api import Client
+
+    out = []
+    async with Client(args.coordinator, security_from_args(args)) as client:
+        status = await client.status()
+        need = max(config.workers for config, _ in jobs)
+        if status.workers_connected < need:
+            raise ConfigError(
+                f"the pool at {args.coordinator} has {status.workers_connected} worker(s) "
+                f"connected but the {jobs[0][1]} needs {need}: start more workers, or "
+                "probe with a job of fewer"
+            )
+        for config, what in jobs:
             job_id = await client.submit(config)
             print(
-                f"probe job {job_id}: {config.workers} workers, {config.rounds} rounds, uncoded",
+                f"{what} {job_id}: {config.workers} worker(s), {config.rounds} rounds, uncoded",
                 file=sys.stderr,
             )
             records = [record async for record in client.watch(job_id)]
-        doc = {**config.to_dict(), "job_id": job_id}
-        write_results(out, doc, records, {"rounds": len(records)})
+            out.append((records, {**config.to_dict(), "job_id": job_id}))
+    return out
 
-    asyncio.run(main())
-    print(f"probe results: {out}", file=sys.stderr)
-    return str(out)
+
+def _probe_links(args: argparse.Namespace) -> LinkFit:
+    """Measure the links on the pool (--probe-links): the two probe jobs of
+    :mod:`codedgd.services.tuning.links`, their result files beside --probe-output."""
+    import asyncio
+
+    from codedgd.services.records import write_results
+    from codedgd.services.tuning import fit_link, link_probe_job
+    from codedgd.services.tuning.links import LARGE_DIM, SMALL_DIM
+
+    jobs = [
+        (link_probe_job(SMALL_DIM), "link probe (8 kB messages)"),
+        (link_probe_job(LARGE_DIM), "link probe (2 MB messages)"),
+    ]
+    runs = asyncio.run(_on_pool(args, jobs))
+    stem = Path(args.probe_output)
+    for (records, doc), size in zip(runs, ("small", "large"), strict=True):
+        path = stem.with_name(f"{stem.stem}.link-{size}.json")
+        write_results(path, doc, records, {"rounds": len(records)})
+        print(f"link probe results: {path}", file=sys.stderr)
+    fitted = fit_link(runs[0][0], runs[1][0])
+    print(f"links measured: {fitted.describe()}", file=sys.stderr)
+    return fitted
 
 
 def _toml_ready(doc: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 :func:`observe` reads a finished run's per-worker timings, :func:`fit_delays` fits
 their distribution (shifted exponential, Pareto; the empirical one is replayed as it is),
 and :func:`search` runs every candidate policy on the simulator with those delays
-(docs/tuning.md). Pure numpy and the simulator: no gRPC, no client.
+(docs/tuning.md); :func:`fit_link` fits the links between workers from two probe jobs'
+records. Pure numpy and the simulator: no gRPC, no client.
 """
 
 from codedgd.services.stragglers.fitted import (
@@ -20,6 +21,7 @@ from codedgd.services.stragglers.fitted import (
     parse_tail,
     tail_option,
 )
+from codedgd.services.tuning.links import LinkFit, fit_link, link_probe_job
 from codedgd.services.tuning.search import (
     SEARCHED,
     TOPOLOGIES,
@@ -45,6 +47,7 @@ __all__ = [
     "DelayFit",
     "Fit",
     "Link",
+    "LinkFit",
     "Observations",
     "Outcome",
     "ResampledDelay",
@@ -55,7 +58,9 @@ __all__ = [
     "candidates",
     "chance_limit",
     "fit_delays",
+    "fit_link",
     "label",
+    "link_probe_job",
     "observe",
     "observe_trace",
     "parse_tail",

@@ -107,8 +107,56 @@ def test_a_probe_job_is_tuned_on_and_a_pool_too_small_is_refused(
         assert adaptive == job.replace(policy=Component("auto", expected))
         small = _tune(tmp_path, coordinator.target, 6)
         assert small.returncode == 2
-        assert "has 4 worker(s) connected but the job needs 6" in small.stderr
+        assert "has 4 worker(s) connected but the probe job needs 6" in small.stderr
         assert "Traceback" not in small.stderr
+    finally:
+        if coordinator.proc is not None:
+            coordinator.proc.kill()
+            coordinator.proc.wait(timeout=30)
+
+
+def test_the_links_are_measured_on_the_pool_and_the_topologies_pay_them(
+    tmp_path: Path, worker_processes: WorkerProcesses
+) -> None:
+    """--probe-links: two jobs of one worker with small and large messages; the link they
+    fit is what the topology candidates pay, printed, and refitted from the files kept."""
+    from codedgd.services.records import read_result_file
+    from codedgd.services.tuning import fit_link
+
+    coordinator = CoordinatorProcess()
+    try:
+        coordinator.start()
+        worker_processes.start(coordinator.port, 2)
+        _wait_connected(coordinator, 2)
+        (tmp_path / "job2.toml").write_text(JOB.format(n=2))
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "codedgd.client.cli", "tune", "--probe", "job2.toml",
+                "--probe-rounds", "8", "--probe-links", "--coordinator", coordinator.target,
+                "--repeats", "1", "--json", "--policy", "uncoded", "--policy", "tree",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "links measured: round trips beyond compute" in done.stderr
+        doc = json.loads(done.stdout)
+        link = doc["link"]
+        assert link["latency_seconds"] > 0
+        assert link["bandwidth_bytes_per_second"] is None or link["bandwidth_bytes_per_second"] > 0
+        # The probes' rounds are kept: one worker each, and they give the same link.
+        runs = []
+        for size, features in (("small", 1_000), ("large", 250_000)):
+            job_doc, _, records = read_result_file(tmp_path / f"probe.link-{size}.json")
+            assert job_doc["job"]["workers"] == 1 and len(records) == 20
+            assert job_doc["data"]["dim"] == features
+            assert all(len(r.response_seconds) == 1 for r in records)
+            runs.append(records)
+        again = fit_link(*runs).to_dict()
+        assert again == pytest.approx(link)
+        assert any(c["label"].startswith("tree") for c in doc["candidates"])
     finally:
         if coordinator.proc is not None:
             coordinator.proc.kill()

@@ -1,0 +1,115 @@
+"""Fitting the links between workers from two probe jobs (``tune --probe-links``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codedgd.services.errors import ConfigError
+from codedgd.services.records import RoundRecord
+from codedgd.services.tuning import fit_link, link_probe_job
+from codedgd.services.tuning.links import LARGE_DIM, SKIPPED_ROUNDS, SMALL_DIM
+from tests.test_tune import _cli
+
+
+def _probe(
+    dim: int, latency: float, bandwidth: float, rounds: int = 20, seed: int = 0
+) -> list[RoundRecord]:
+    """A probe's rounds on one worker whose link has ``latency`` a hop and ``bandwidth``:
+    θ (dim float64s) down, the gradient up, around a compute of about a millisecond, with
+    a jitter of up to 20 % of the wire time on top."""
+    rng = np.random.default_rng([seed, dim])
+    nbytes = 8 * dim + 64
+    wire = 2 * latency + 2 * nbytes / bandwidth
+    out = []
+    for t in range(rounds):
+        compute = 0.001 * (1 + rng.random())
+        trip = wire * (1 + 0.2 * rng.random())
+        if t < SKIPPED_ROUNDS:  # the first rounds warm up: far slower, and not timed
+            trip *= 50
+        out.append(
+            RoundRecord(
+                round=t,
+                wall_seconds=float(t + 1),
+                round_seconds=compute + trip,
+                wait_seconds=compute + trip,
+                decode_seconds=0.0,
+                compute_seconds_max=compute,
+                loss=math.nan,
+                metric=math.nan,
+                metric_name="auc",
+                workers_used=(0,),
+                exact=True,
+                decode_residual=0.0,
+                bytes_up=nbytes,
+                bytes_down=nbytes,
+                uploads=1,
+                computations=1,
+                cancelled=0,
+                late_dropped=0,
+                response_seconds={0: compute + trip},
+                worker_compute_seconds={0: compute},
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("latency", "bandwidth"), [(0.0002, 1.25e9), (0.001, 25e6), (0.0005, 2.5e8)]
+)
+def test_the_probes_give_back_the_links_latency_and_bandwidth(
+    latency: float, bandwidth: float
+) -> None:
+    fitted = fit_link(_probe(SMALL_DIM, latency, bandwidth), _probe(LARGE_DIM, latency, bandwidth))
+    # The jitter (0-20 % of the wire time, a median of about 10 %) is taken as link time.
+    assert fitted.link.bandwidth_bytes_per_second == pytest.approx(bandwidth / 1.1, rel=0.05)
+    assert fitted.link.latency_seconds == pytest.approx(latency * 1.1, rel=0.1)
+    assert fitted.trips == 20 - SKIPPED_ROUNDS
+    assert fitted.small_bytes == 2 * (8 * SMALL_DIM + 64)
+    text = fitted.describe()
+    assert "a hop" in text and "MB/s" in text
+
+
+def test_links_too_fast_for_the_probes_are_free_and_said_to_be() -> None:
+    # The large messages took no longer than the small ones: no bandwidth to measure.
+    small = _probe(SMALL_DIM, 0.0004, 1e15)
+    large = [
+        dataclasses.replace(r, bytes_up=8 * LARGE_DIM, bytes_down=8 * LARGE_DIM) for r in small
+    ]
+    fitted = fit_link(small, large)
+    assert math.isinf(fitted.link.bandwidth_bytes_per_second)
+    assert fitted.link.latency_seconds == pytest.approx(0.0004 * 1.1, rel=0.1)
+    assert "free (inf)" in fitted.describe()
+    assert fitted.to_dict()["bandwidth_bytes_per_second"] is None  # (JSON has no inf)
+
+
+def test_bad_probe_records_are_refused_naming_the_problem() -> None:
+    good = _probe(SMALL_DIM, 0.0002, 1.25e9)
+    large = _probe(LARGE_DIM, 0.0002, 1.25e9)
+    with pytest.raises(ConfigError, match=r"small probe timed 3 round trip\(s\).*at least 5"):
+        fit_link(good[: SKIPPED_ROUNDS + 3], large)
+    with pytest.raises(ConfigError, match="give the small one first"):
+        fit_link(large, good)
+    broken = [dataclasses.replace(r, response_seconds={0: math.inf}) for r in large]
+    with pytest.raises(ConfigError, match="large probe's records hold non-finite"):
+        fit_link(good, broken)
+
+
+def test_a_probe_job_is_one_worker_uncoded_with_messages_of_its_size() -> None:
+    job = link_probe_job(LARGE_DIM)
+    assert job.workers == 1 and job.policy.name == "uncoded"
+    assert job.data.options["dim"] == LARGE_DIM and job.stragglers.name == "none"
+
+
+def test_probe_links_and_stated_links_are_not_both_taken(tmp_path: Path) -> None:
+    done = _cli(
+        "tune", "x.json", "--probe-links", "--link-latency", "0.001", "--link-bandwidth", "1e9",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--probe-links" in done.stderr and "not both" in done.stderr
+    assert "Traceback" not in done.stderr
