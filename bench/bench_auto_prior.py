@@ -29,10 +29,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from bench.bench_auto_reach import _median_time, source_and_target
+from bench.bench_auto_reach import lazy_rules, median_time, source_and_target
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.job import Component
-from codedgd.services.policies.auto import DEFAULT_RIDE
 from codedgd.services.sim.engines import simulate
 from codedgd.services.tuning import auto_prior, auto_tail, observe
 
@@ -65,20 +64,14 @@ def main() -> None:
             seen = observe(simulate(source, cost_for(n)).records, n)
             prior = auto_prior(seen)
             tail = auto_tail(seen)  # both as tune --write-auto writes them
-            rules = {
-                f"r={r} lazy xi=10" + (f" ride={ride:g}" if ride < 1 else ""): Component(
-                    "g-lag", {"s": r - 1, "xi": 10.0, "ride": ride}
-                )
-                for r in (1, 2, 4)
-                if n % r == 0
-                for ride in (1.0, DEFAULT_RIDE)
+            fixed = {
+                name: median_time(source, rule, target) for name, rule in lazy_rules(n).items()
             }
-            fixed = {name: _median_time(source, rule, target) for name, rule in rules.items()}
             best = min(fixed, key=lambda name: fixed[name])
             cells = []
             for r in a.start:
-                plain = _median_time(source, Component("auto", {"r": r}), target)
-                known = _median_time(
+                plain = median_time(source, Component("auto", {"r": r}), target)
+                known = median_time(
                     source, Component("auto", {"r": r, "prior": prior, "tail": tail}), target
                 )
                 cell = (
@@ -87,7 +80,7 @@ def main() -> None:
                 )
                 if a.reversed:
                     other = ",".join(reversed(prior.split(","))) if prior else ""
-                    wrong = _median_time(
+                    wrong = median_time(
                         source, Component("auto", {"r": r, "prior": other, "tail": tail}), target
                     )
                     cell += f" | {wrong:.2f} | {wrong / fixed[best]:.2f}"

@@ -23,26 +23,55 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.job import Component, JobConfig
-from codedgd.services.policies.auto import DEFAULT_RIDE
+from codedgd.services.job.prepare import prepare
+from codedgd.services.policies.auto import DEFAULT_RIDE, Auto, Chooser
 from codedgd.services.sim.engines import make_simulator, simulate
 from codedgd.services.stragglers import StragglerModel, create_straggler_model
 
 
-def _median_time(source: JobConfig, policy: Component, target: float) -> float:
+def median_time(
+    source: JobConfig,
+    policy: Component,
+    target: float,
+    chooser: Callable[[], Chooser] | None = None,
+) -> float:
+    """The median simulated seconds to ``target`` of ``policy`` on ``source`` over three
+    seeded draws of its delays (inf: not within 200 rounds); an auto policy decides by
+    ``chooser()`` where given, else by its look-ahead."""
     times = []
     # Fresh models each run: the same seeded delays for every policy compared.
     for delays in _truth(source.stragglers, source.workers, pool=source.seed):
         config = source.replace(policy=policy, rounds=200, target_loss=target, eval_every=1)
-        sim = make_simulator(config, cost_for(source.workers), per_worker=True)
+        prepared = prepare(config, None)
+        if chooser is not None:
+            assert isinstance(prepared.policy, Auto)
+            prepared.policy.attach(chooser())
+        sim = make_simulator(config, cost_for(source.workers), prepared=prepared, per_worker=True)
         sim.straggler = delays
         hit = next((r for r in sim.run().records if r.loss <= target), None)
         times.append(hit.wall_seconds if hit else math.inf)
     return float(np.median(times))
+
+
+def lazy_rules(n: int, weights: tuple[float, ...] = (10.0,)) -> dict[str, Component]:
+    """g-lag on auto's group sizes (those of 1, 2, 4 dividing n) at each trigger weight,
+    with LAG's own rule and with auto's riding along (groups near their trigger asked too),
+    by name."""
+    return {
+        f"r={r} lazy xi={xi:g}" + (f" ride={ride:g}" if ride < 1 else ""): Component(
+            "g-lag", {"s": r - 1, "xi": xi, "ride": ride}
+        )
+        for r in (1, 2, 4)
+        if n % r == 0
+        for xi in weights
+        for ride in (1.0, DEFAULT_RIDE)
+    }
 
 
 def source_and_target(n: int, scenario: str) -> tuple[JobConfig, float]:
@@ -94,20 +123,13 @@ def main() -> None:
                 for k in ks
             }
             eager = list(rules)
-            rules |= {  # LAG's own rule, and auto's: groups near their trigger riding along
-                f"r={r} lazy xi={xi:g}" + (f" ride={ride:g}" if ride < 1 else ""): Component(
-                    "g-lag", {"s": r - 1, "xi": xi, "ride": ride}
-                )
-                for r in (1, 2, 4)
-                for xi in (1.0, 10.0)
-                for ride in (1.0, DEFAULT_RIDE)
-            }
-            fixed = {name: _median_time(source, rule, target) for name, rule in rules.items()}
+            rules |= lazy_rules(n, (1.0, 10.0))
+            fixed = {name: median_time(source, rule, target) for name, rule in rules.items()}
             best = min(fixed, key=lambda name: fixed[name])
             best_eager = min(eager, key=lambda name: fixed[name])
-            only = _median_time(source, Component("auto", {"lazy": "none"}), target)
-            auto = _median_time(source, Component("auto", {}), target)
-            exact = _median_time(source, Component("auto", {"start": "exact"}), target)
+            only = median_time(source, Component("auto", {"lazy": "none"}), target)
+            auto = median_time(source, Component("auto", {}), target)
+            exact = median_time(source, Component("auto", {"start": "exact"}), target)
             print(
                 f"| {scenario} | {n} | {best} | {fixed[best]:.2f} | {auto:.2f} | "
                 f"{auto / fixed[best]:.2f} | {exact:.2f} | {exact / fixed[best]:.2f} | "

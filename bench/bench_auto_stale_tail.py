@@ -23,10 +23,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from bench.bench_auto_reach import _median_time, source_and_target
+from bench.bench_auto_reach import lazy_rules, median_time, source_and_target
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.job import Component
-from codedgd.services.policies.auto import DEFAULT_RIDE
 from codedgd.services.sim import lookahead
 from codedgd.services.sim.engines import simulate
 from codedgd.services.tuning import auto_tail, observe
@@ -71,19 +70,12 @@ def main() -> None:
             src, _, job_scenario = pair.partition(":")
             job, target = source_and_target(n, job_scenario)
             stale, fresh = _tail_of(src, n), _tail_of(job_scenario, n)
-            fixed = {
-                f"r={r} lazy xi=10" + (f" ride={ride:g}" if ride < 1 else ""): _median_time(
-                    job, Component("g-lag", {"s": r - 1, "xi": 10.0, "ride": ride}), target
-                )
-                for r in (1, 2, 4)
-                if n % r == 0
-                for ride in (1.0, DEFAULT_RIDE)
-            }
+            fixed = {name: median_time(job, rule, target) for name, rule in lazy_rules(n).items()}
             best = min(fixed, key=lambda name: fixed[name])
 
             def auto(tail: str) -> float:
                 options: dict[str, object] = {"r": 4, **({"tail": tail} if tail else {})}
-                return _median_time(job, Component("auto", options), target) / fixed[best]  # noqa: B023
+                return median_time(job, Component("auto", options), target) / fixed[best]  # noqa: B023
 
             kept = lookahead.TAIL_TEST_ROUNDS
             lookahead.TAIL_TEST_ROUNDS = 10**9  # the code before: the option never gives way

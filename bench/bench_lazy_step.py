@@ -20,7 +20,7 @@ import argparse
 import math
 import time
 
-from bench.bench_auto_reach import _median_time, source_and_target
+from bench.bench_auto_reach import median_time, source_and_target
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import prepare
@@ -72,8 +72,7 @@ def main() -> None:
             for scale in a.scale:
                 source, target = _source(n, scenario, scale)
                 times = {
-                    name: _median_time(source, rule, target)
-                    for name, rule in (eager | lazy).items()
+                    name: median_time(source, rule, target) for name, rule in (eager | lazy).items()
                 }
                 best_lazy = min(lazy, key=lambda name: times[name])
                 best_eager = min(eager, key=lambda name: times[name])

@@ -27,7 +27,7 @@ import argparse
 import math
 import time
 
-from bench.bench_auto_reach import _median_time, _truth, source_and_target
+from bench.bench_auto_reach import _truth, median_time, source_and_target
 from bench.bench_tune import SCENARIOS, cost_for
 from codedgd.services.sim.engines import simulate
 from codedgd.services.tuning import (
@@ -67,7 +67,7 @@ def one(n: int, scenario: str, lrs: list[str], jobs: int) -> dict[str, object]:
     if started is not None:
         policy, origin = started
         at_step = source.replace(optimizer={**source.optimizer, "lr": origin.lr})
-        tuned_auto = _median_time(at_step, policy, target)
+        tuned_auto = median_time(at_step, policy, target)
     exhaustive = search(
         source, obs, fit.tail, target_loss=target, rounds=ROUNDS, repeats=3, steps=lrs,
         delays=lambda rep: _truth(source.stragglers, n, pool=source.seed)[rep],

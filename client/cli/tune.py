@@ -46,10 +46,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "exact or lazy rule whose replays all take the same path; median and range over "
             "--repeats replays), with their compute, upload and data "
             "replication. With --link-latency and --link-bandwidth (the links between "
-            "workers, which a run's delays do not measure) the worker-to-worker topologies "
+            "workers, which a run's delays do not measure), or with --probe-links (which "
+            "measures them on the live pool), the worker-to-worker topologies "
             "(ring-allreduce, tree, codedreduce) are searched too; a run of one of those "
             "is fitted from its workers' own times, which hold no network time, and needs "
-            "them (every candidate then pays the stated links). "
+            "them (every candidate then pays the links). "
             "--write saves the winner as a job file for `codedgd run --config`; "
             "--write-auto saves one of `auto` started at the group size of the best "
             "candidate it can run, with each worker's slowness as its prior and its typical "
@@ -150,7 +151,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         choices=SEARCHED + TOPOLOGIES,
         help="search only these policies (repeatable; default all of them: the star "
-        "policies, and the topologies too with --link-latency and --link-bandwidth)",
+        "policies, and the topologies too with --link-latency and --link-bandwidth or "
+        "--probe-links)",
     )
     link = p.add_argument_group(
         "the links between workers (searches ring-allreduce, tree and codedreduce too)"
@@ -291,7 +293,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"{args.results} is a run of {source.policy.name}: its timings are its workers' "
             "own and hold no network time, so tune charges every candidate the links: "
             "state them (--link-latency SECONDS --link-bandwidth BYTES_PER_S; say 0.0002 "
-            "1.25e9 for a 10 Gb/s network)"
+            "1.25e9 for a 10 Gb/s network), or measure them on the pool (--probe-links "
+            "--coordinator HOST:PORT)"
         )
     obs = observe(records, n)
     if args.trace:

@@ -524,7 +524,8 @@ def search(
         raise ConfigError(
             "the run's timings are its workers' own (a ring or tree run): they hold no "
             "network time, so every candidate needs the links stated (tune "
-            "--link-latency SECONDS --link-bandwidth BYTES_PER_S)"
+            "--link-latency SECONDS --link-bandwidth BYTES_PER_S) or measured (tune "
+            "--probe-links)"
         )
     if link is not None and tuple(policies) == SEARCHED:
         policies = SEARCHED + TOPOLOGIES
@@ -533,7 +534,8 @@ def search(
         raise ConfigError(
             f"{', '.join(hops)} send gradients between workers, hop after hop, and a run's "
             "delays do not measure those links: state them (tune --link-latency SECONDS "
-            "--link-bandwidth BYTES_PER_S) to search the topologies"
+            "--link-bandwidth BYTES_PER_S) or measure them on the pool (tune --probe-links) "
+            "to search the topologies"
         )
     if repeats < 1 or rounds < 1 or hold < 1:
         raise ConfigError("tune needs --repeats >= 1 and --rounds >= 1 (and hold >= 1)")
