@@ -12,8 +12,13 @@ time counts. Reported per source: tune's pick and its real time over the best re
 of the set, and for the candidates run, tune's predicted time over the real one (lowest
 and highest). Wall-clock times on a shared 2-core machine: run it alone.
 
+``--link measured``: the link is measured instead, as ``codedgd tune --probe-links``
+measures it on a pool (a coordinator and one worker process started for it here, the
+probe's tiny job tuned and thrown away), and every tune is given that.
+
     python -m bench.bench_tune_topology_real                    # three scenarios, ~15 min
     python -m bench.bench_tune_topology_real --scenario few-slow --repeats 1
+    python -m bench.bench_tune_topology_real --link measured
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +64,64 @@ def scenario_args(scenario: str) -> list[str]:
     return args
 
 
-def one(scenario: str, tmp: Path, rounds: int, repeats: int) -> list[dict[str, Any]]:
+PROBE_JOB = """
+[job]
+workers = 1
+rounds = 10
+[data]
+name = "synthetic"
+rows = 100
+dim = 5
+"""
+
+
+def measured_link(tmp: Path) -> list[str]:
+    """The link flags of what ``tune --probe-links`` measures on a pool of one worker."""
+    port = _free_port()
+    target = f"127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "codedgd.client.cli"]
+    coordinator = subprocess.Popen([*cmd, "coordinator", "--listen", target])
+    worker = subprocess.Popen([*cmd, "worker", "--coordinator", target, "--name", "probe"])
+    try:
+        (tmp / "probe-job.toml").write_text(PROBE_JOB)
+        for _ in range(100):  # until the worker has connected
+            done = subprocess.run(
+                [
+                    *cmd, "tune", "--probe", str(tmp / "probe-job.toml"), "--probe-links",
+                    "--probe-output", str(tmp / "probe.json"), "--coordinator", target,
+                    "--policy", "uncoded", "--repeats", "1", "--json", "--no-progress",
+                ],
+                capture_output=True,
+                text=True,
+            )  # fmt: skip
+            if done.returncode == 0:
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit(f"the link probe failed: {done.stderr[-2000:]}")
+    finally:
+        for proc in (worker, coordinator):
+            proc.kill()
+            proc.wait()
+    link = json.loads(done.stdout)["link"]
+    print(f"(measured: {done.stderr.strip().splitlines()[-1]})", file=sys.stderr)
+    bandwidth = link["bandwidth_bytes_per_second"]
+    return [
+        "--link-latency", repr(link["latency_seconds"]),
+        "--link-bandwidth", "inf" if bandwidth is None else repr(bandwidth),
+    ]  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def one(
+    scenario: str, tmp: Path, rounds: int, repeats: int, link: list[str]
+) -> list[dict[str, Any]]:
     delays = scenario_args(scenario)
     sources: dict[str, Path] = {}
     for name, flags in SOURCES.items():
@@ -68,7 +134,7 @@ def one(scenario: str, tmp: Path, rounds: int, repeats: int) -> list[dict[str, A
         policies = [a for p in SEARCHED for a in ("--policy", p)]
         out = cli(
             "tune", str(path), "--json", "--repeats", "3", "--target-loss", repr(target),
-            *LINK, *policies,
+            *link, *policies,
         )  # fmt: skip
         tuned[name] = json.loads(out.stdout)
     flags: dict[str, list[str]] = {}
@@ -126,15 +192,24 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=100, help="the source runs' rounds")
     p.add_argument("--repeats", type=int, default=3, help="real runs of each candidate")
-    args = p.parse_args()
-    print(
-        "| scenario (n = 6 processes) | source run | tune's pick | real (s) | best real "
-        "| best (s) | pick / best | candidates run: predicted / real |"
+    p.add_argument(
+        "--link",
+        choices=("stated", "measured"),
+        default="stated",
+        help="the link every tune is given: stated (0.2 ms, 1.25 GB/s; the default) or "
+        "measured by tune --probe-links on this machine",
     )
-    print("|---|---|---|---:|---|---:|---:|---|")
+    args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        link = measured_link(Path(tmp)) if args.link == "measured" else LINK
+        print(f"the link: {' '.join(link)}\n", flush=True)
+        print(
+            "| scenario (n = 6 processes) | source run | tune's pick | real (s) | best real "
+            "| best (s) | pick / best | candidates run: predicted / real |"
+        )
+        print("|---|---|---|---:|---|---:|---:|---|")
         for scenario in args.scenario or ["exponential", "few-slow", "pareto"]:
-            for r in one(scenario, Path(tmp), args.rounds, args.repeats):
+            for r in one(scenario, Path(tmp), args.rounds, args.repeats, link):
                 span = r["predicted_over_real"]
                 shown = f"{span[0]:.2f}-{span[1]:.2f}" if span else "-"
                 print(
