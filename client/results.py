@@ -44,20 +44,28 @@ def check_output(out: Path) -> None:
     the way or a file where a directory should be.
     """
     for path in result_paths(out):
-        try:
-            if path.is_dir():
-                raise IsADirectoryError(21, "it is a directory")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            existed = path.exists()
-            with path.open("a"):
-                pass
-            if not existed:
-                path.unlink()
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise ConfigError(
-                f"cannot write the results to {path}: {reason}; choose another --output"
-            ) from None
+        check_writable(path, "the results", "--output")
+
+
+def check_writable(path: Path, what: str, flag: str) -> None:
+    """Refuse, before anything runs, a file ``flag`` names that could not be written at
+    the end: it is opened for appending (created and removed again if it was not there),
+    the one test that answers for permissions, read-only file systems, a directory in the
+    way or a file where a directory should be."""
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with path.open("a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            f"cannot write {what} to {path}: {reason}; choose another {flag}"
+        ) from None
 
 
 def summarize(

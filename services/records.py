@@ -212,11 +212,19 @@ def read_result_file(
         f"{path} is not a codedgd result file (the .json that `codedgd run`, `simulate` "
         "and `submit -o` write)"
     )
+    name = Path(path).name
+    stem = name[: -len(".model.npz")] if name.endswith(".model.npz") else Path(path).stem
+    json_twin = Path(path).with_name(stem + ".json")
+    if Path(path).suffix.lower() in (".csv", ".npz") and json_twin.is_file():
+        kind = "the rounds' CSV" if Path(path).suffix.lower() == ".csv" else "the model file"
+        raise ConfigError(f"{path} is {kind} of a run: give its result file, {json_twin}")
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"result file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what}: it is not text (a binary file?)") from None
+    except OSError as exc:
         raise ConfigError(f"cannot read result file {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         # Cut short: the parser ran off the end, or inside a string that never closes.
@@ -228,6 +236,8 @@ def read_result_file(
                 "incomplete); codedgd writes result files whole, so this one was not "
                 "written by codedgd as it is now"
             ) from None
+        if not exc.doc.strip():
+            raise ConfigError(f"{what}: it is empty") from None
         raise ConfigError(f"{what}: it is not JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != "codedgd.results.v1":
         raise ConfigError(f"{what}: it has no format codedgd.results.v1")

@@ -614,9 +614,11 @@ def test_write_auto_without_a_candidate_auto_can_run_says_so_and_writes_nothing(
         "tune", "s.json", "--policy", "cyclic", "--write-auto", "a.toml", "--no-progress",
         cwd=tmp_path,
     )  # fmt: skip
+    # None of the policies searched is one auto can start from: refused before the search.
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "--write-auto: no candidate auto can run" in done.stderr
-    assert "search them (--policy)" in done.stderr and "Traceback" not in done.stderr
+    assert "--write-auto starts auto at the group size of a candidate" in done.stderr
+    assert "--policy searches none of them: add one" in done.stderr
+    assert "Traceback" not in done.stderr and "candidates" not in done.stdout
     assert not (tmp_path / "a.toml").exists()
     # A job file that cannot be written is refused before the search: a directory, or the
     # same file for both.

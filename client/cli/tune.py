@@ -34,7 +34,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Read a result file of `codedgd run` (or `simulate`, or `submit -o`): each "
             "worker's compute seconds and its delay beyond compute in every round "
-            "(cancelled workers count as slower than the round's decode). Fit the delays "
+            "(a cancelled worker's is censored: slower than when its Cancel went). Fit the "
+            "delays "
             "(shifted exponential and Pareto, by maximum likelihood with the censored "
             "values; Kolmogorov-Smirnov distance to the data) and each worker's speed, then "
             "simulate every candidate policy and parameter valid for the job's n (uncoded, "
@@ -97,8 +98,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--trace",
         metavar="TRACE.json",
-        help="take the delays from this recorded trace (.json/.csv, rows = rounds, columns "
-        "= workers, seconds beyond compute) instead of the result file's rounds",
+        help="take the delays from this recorded trace instead of the result file's rounds: "
+        "seconds beyond compute, as .json (a list of rounds, each a list of per-worker "
+        'delays, or {"delays": that}) or .csv (the header round,worker,delay, a row per '
+        "worker and round)",
     )
     target = p.add_mutually_exclusive_group()
     target.add_argument(
@@ -210,6 +213,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from codedgd.services.job import JobConfig
     from codedgd.services.policies.auto import GROUP_POLICIES
     from codedgd.services.records import read_result_file
+    from codedgd.services.stragglers.fitted import NOTHING_TO_FIT
     from codedgd.services.stragglers.models import load_trace
     from codedgd.services.tuning import (
         MIN_TAIL_SHAPE,
@@ -225,8 +229,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     )
     from codedgd.services.tuning.search import HOLD, TOPOLOGIES
 
-    if args.repeats < 1 or (args.rounds is not None and args.rounds < 1) or args.top < 1:
-        raise ConfigError("--repeats, --rounds and --top must be >= 1")
+    for flag, value in (
+        ("--repeats", args.repeats),
+        ("--rounds", args.rounds),
+        ("--top", args.top),
+    ):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
     if args.source_draws < 0:
         raise ConfigError(f"--source-draws must be >= 0 (0: none), got {args.source_draws}")
     if args.jobs < 0:
@@ -243,13 +252,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "give both --link-latency and --link-bandwidth (the links between workers), or neither"
         )
     link = Link(args.link_latency, args.link_bandwidth) if args.link_latency is not None else None
-    # Before the search, not after it: a search of minutes lost to a typo. (A missing
-    # directory is made when the file is written.)
-    for flag, path in (("--write", args.write), ("--write-auto", args.write_auto)):
-        if path is not None and Path(path).is_dir():
-            raise ConfigError(
-                f"{flag} {path} is a directory: give a file name, e.g. {path}/job.toml"
-            )
+    _check_outputs(args)
+    if args.write_auto and args.policy and not set(args.policy) & set(GROUP_POLICIES):
+        raise ConfigError(
+            f"--write-auto starts auto at the group size of a candidate it can run "
+            f"({', '.join(GROUP_POLICIES)}), and --policy searches none of them: add one "
+            f"(--policy {GROUP_POLICIES[0]})"
+        )
     if (
         args.write
         and args.write_auto
@@ -265,7 +274,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     fitted_link = _probe_links(args) if args.probe_links else None
     if fitted_link is not None:
         link = fitted_link.link
-    job_doc, _, records = read_result_file(args.results)
+    job_doc, summary, records = read_result_file(args.results)
+    failed = summary.get("error")
+    if failed:
+        print(
+            f"codedgd tune: note: {args.results} is of a run that failed after "
+            f"{len(records)} recorded round(s) ({failed}): those rounds are fitted; the "
+            "round it failed in, and the workers it waited for there, are in none of them",
+            file=sys.stderr,
+        )
     try:
         source = JobConfig.from_dict({k: v for k, v in job_doc.items() if k in _SECTIONS})
     except ConfigError as exc:
@@ -299,7 +316,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     obs = observe(records, n)
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
-    fit = fit_delays(obs)
+    try:
+        fit = fit_delays(obs)
+    except ConfigError as exc:
+        if not (failed and str(exc).startswith(NOTHING_TO_FIT)):
+            raise
+        raise ConfigError(
+            f"{NOTHING_TO_FIT}, and the run failed ({failed}): a worker that hung there is "
+            "in none of its recorded delays. Tune from a run that finished (a longer "
+            "--round-timeout, or a probe: --probe JOB.toml)"
+        ) from None
     target = args.target_loss
     optimal = None
     if args.target_gap is not None:
@@ -341,14 +367,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "the best fit has an infinite mean (a Pareto of shape <= "
                 f"{MIN_TAIL_SHAPE:g}), which the censored data cannot support"
             )
+        # A slowness is in units of the typical worker's compute (its compute and its
+        # persistent extra delay, both taken to grow with load): with a compute of
+        # microseconds a few milliseconds of extra delay are a thousandfold, so the
+        # seconds they add are shown too.
+        typical = obs.worker_compute() / np.maximum(obs.speed(), 1e-12)
         shown = (
-            ", ".join(f"worker {w} {s:.1f}x ({load_slowness[w]:.1f}x)" for w, s in slow[:8])
+            ", ".join(
+                f"worker {w} {s:.3g}x, +{(s - 1.0) * typical[w]:.3g} s ({load_slowness[w]:.3g}x)"
+                for w, s in slow[:8]
+            )
             or "none"
         )
         print(
-            f"compute: median {obs.median_compute():.4g} s a round; workers 1.5x or more "
-            "slower than the typical one at the run's load (compute and persistent delay; "
-            f"in brackets, what grows with the load a candidate gives them): {shown}"
+            f"compute: median {obs.median_compute():.4g} s a round; workers whose compute "
+            "and persistent extra delay take 1.5x or more the typical worker's compute, at "
+            "the run's load (that multiple, and the seconds a round it adds; in brackets, "
+            f"the multiple that grows with the load a candidate gives them): {shown}"
         )
         why = (
             f" (within {args.target_gap:g} of the optimum F* = {optimal.loss:.6g})"
@@ -428,10 +463,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _table(outcomes[: args.top], len(outcomes))
     winner = outcomes[0] if outcomes and outcomes[0].reached else None
     if winner is None:
+        if outcomes and all(o.error for o in outcomes):
+            fix = (
+                "every candidate failed (the table says why); where the loss diverged, "
+                "a smaller --lr"
+            )
+        elif args.target_gap is not None:
+            fix = "raise --rounds, or give a looser --target-gap"
+        else:
+            fix = "raise --rounds, or give a higher --target-loss"
         print(
             f"codedgd tune: no candidate reached loss {target:.6g} (and stayed there for "
-            f"{HOLD} rounds) within {rounds} rounds: "
-            "raise --rounds or the --target-loss",
+            f"{HOLD} rounds) within {rounds} rounds: {fix}",
             file=sys.stderr,
         )
         return 1
@@ -464,6 +507,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"auto starting at r={policy.options['r']}, the group size of {origin.label}"
             + ("; prior: each worker's slowness on this run" if "prior" in policy.options else "")
             + ("; tail: its typical workers' delays" if "tail" in policy.options else ""),
+            "--write-auto",
         )
         if not args.json:
             rank = outcomes.index(origin) + 1
@@ -511,19 +555,72 @@ def _at(job: Any, outcome: Any, steps: list[Any]) -> Any:
     return job.replace(partitions=0, optimizer=optimizer)
 
 
-def _write(path: str, job: Any, source: str, why: str = "") -> None:
+FIGURE_TYPES = (".png", ".pdf", ".svg")
+"""What --fit-figure writes, by the file name's suffix."""
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before the probe and the search (minutes lost otherwise), a file tune is to
+    write that it could not write, or that is one it reads (the run's own record would
+    be lost). A missing directory is made."""
+    from codedgd.client.results import check_writable, result_paths
+
+    reads: dict[Path, str] = {}
+    if args.results:
+        for path in result_paths(Path(args.results)):
+            reads[path.resolve()] = f"the run's results ({args.results})"
+    if args.probe:
+        reads[Path(args.probe).resolve()] = "the --probe job file"
+    if args.probe or args.probe_links:
+        reads[Path(args.probe_output).resolve()] = "--probe-output"
+        stem = Path(args.probe_output)
+        for size in ("small", "large"):
+            reads[stem.with_name(f"{stem.stem}.link-{size}.json").resolve()] = "a link probe's file"
+    if args.trace:
+        reads[Path(args.trace).resolve()] = "the --trace file"
+    for flag, path, what in (
+        ("--write", args.write, "the job file"),
+        ("--write-auto", args.write_auto, "the job file"),
+        ("--fit-figure", args.fit_figure, "the figure"),
+    ):
+        if path is None:
+            continue
+        if Path(path).is_dir():
+            example = "fit.png" if flag == "--fit-figure" else "job.toml"
+            raise ConfigError(
+                f"{flag} {path} is a directory: give a file name, e.g. {path}/{example}"
+            )
+        if Path(path).resolve() in reads:
+            raise ConfigError(
+                f"{flag} {path} is {reads[Path(path).resolve()]}, which tune reads or "
+                "writes: it would be overwritten; give another file name"
+            )
+        if flag == "--fit-figure" and Path(path).suffix.lower() not in FIGURE_TYPES:
+            raise ConfigError(
+                f"--fit-figure {path}: the file's type is taken from its name; end it in "
+                f"{', '.join(FIGURE_TYPES)} (e.g. fit.png)"
+            )
+        check_writable(Path(path), what, flag)
+
+
+def _write(path: str, job: Any, source: str, why: str = "", flag: str = "--write") -> None:
     """Save ``job`` (a JobConfig) as a TOML job file, saying where it came from."""
     import tomli_w
 
     from codedgd.services.tuning import label
 
     said = why or label(job.policy)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(
-        f"# written by codedgd tune from {source}: {said}\n"
-        + tomli_w.dumps(_toml_ready(job.to_dict())),
-        encoding="utf-8",
-    )
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(
+            f"# written by codedgd tune from {source}: {said}\n"
+            + tomli_w.dumps(_toml_ready(job.to_dict())),
+            encoding="utf-8",
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the job file to {path}: {exc.strerror or exc}; choose another {flag}"
+        ) from None
 
 
 _SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
@@ -623,7 +720,7 @@ def _table(outcomes: list[Any], total: int) -> None:
     for i, o in enumerate(outcomes, start=1):
         if o.error:
             blank = "| " * (9 if drawn else 8)
-            print(f"| {i} | {o.label} | failed: {o.error[:80]} {blank}|")
+            print(f"| {i} | {o.label} | failed: {_cut(o.error)} {blank}|")
             continue
         lo, hi = o.interval
         finite_rounds = [r for r in o.rounds if math.isfinite(r)]
@@ -632,9 +729,9 @@ def _table(outcomes: list[Any], total: int) -> None:
         over = ""
         if drawn:
             span = o.source_interval
-            over = f"{_s(span[0])}-{_s(span[1])} | " if span is not None else "- | "
+            over = f"{_range(span[0], span[1])} | " if span is not None else "- | "
         print(
-            f"| {i} | {o.label} | {_s(o.predicted)} | {_s(lo)}-{_s(hi)} | {over}"
+            f"| {i} | {o.label} | {_s(o.predicted)} | {_range(lo, hi)} | {over}"
             f"{o.reached}/{len(o.times)} | {rounds} | {d['mean_round_seconds']:.4g} | "
             f"{d['computations_per_round']:.1f} | {d['bytes_up_per_round'] / 1e6:.3g} | "
             f"{o.replication:.2g}x | {'yes' if o.exact else 'no'} |"
@@ -643,6 +740,18 @@ def _table(outcomes: list[Any], total: int) -> None:
 
 def _s(seconds: float) -> str:
     return f"{seconds:.3g}" if math.isfinite(seconds) else "not reached"
+
+
+def _range(lo: float, hi: float) -> str:
+    """A range of seconds; "-" where no replay reached the target."""
+    return "-" if not math.isfinite(lo) else f"{_s(lo)}-{_s(hi)}"
+
+
+def _cut(text: str, width: int = 160) -> str:
+    """``text`` up to ``width`` characters, cut at a word."""
+    if len(text) <= width:
+        return text
+    return text[:width].rsplit(" ", 1)[0] + " …"
 
 
 class _Progress:

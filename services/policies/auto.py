@@ -68,7 +68,7 @@ import numpy as np
 from codedgd.services.codes.erasurehead import erasure_probability
 from codedgd.services.codes.frc import divisors
 from codedgd.services.errors import ConfigError, PlanError
-from codedgd.services.names import SHOWN_PATTERN, match_machines
+from codedgd.services.names import SHOWN_PATTERN, machine, match_machines
 from codedgd.services.policies.base import Estimate, JobContext, Param, Plan, RoundSpec
 from codedgd.services.policies.erasurehead import ErasureHead
 from codedgd.services.policies.frc import FractionalRepetition
@@ -169,16 +169,18 @@ def _prior(text: object) -> tuple[float | None, ...]:
         values = tuple(float(v) if v.strip() else None for v in text.split(","))
     except ValueError:
         raise ConfigError(
-            f"auto: prior={text[:60]!r}: give one slowness per worker (1 = typical, 2 = "
-            "twice as long for the same load; empty: not known), comma-separated, as "
-            "`codedgd tune --write-auto` writes them"
+            f"auto: prior={text[:60]!r}: give one slowness per worker (its compute and "
+            "persistent extra delay in units of a typical worker's compute: 1 = typical, 2 "
+            "= one compute more; empty: not known), comma-separated, as `codedgd tune "
+            "--write-auto` writes them"
         ) from None
     bad = [i for i, v in enumerate(values) if v is not None and not (v >= 1.0 and math.isfinite(v))]
     if bad:
         shown = ", ".join(f"worker {i}: {values[i]:g}" for i in bad[:8])
         raise ConfigError(
             f"auto: prior values are not finite numbers >= 1 ({shown}): a slowness is how "
-            "many times a typical worker's time a worker takes for the same load (1 = typical)"
+            "many times a typical worker's compute a worker's compute and persistent extra "
+            "delay take for the same load (1 = typical)"
         )
     return values
 
@@ -273,7 +275,8 @@ class Auto(ErasureHead):
             str,
             "",
             "the group sizes r to choose among, comma-separated, each dividing n (default: "
-            "those of 1, 2, 4 and the starting r that divide n); a change of r moves data",
+            "those of 1, 2, 4 and the starting r that divide n; a starting r given must be "
+            "among those given); a change of r moves data",
         ),
         Param("window", int, 10, "rounds between decisions, and rounds refitted (>= 5)"),
         Param(
@@ -320,7 +323,8 @@ class Auto(ErasureHead):
             "prior",
             str,
             "",
-            "each worker's slowness from an earlier run (1 = typical; empty: not known), "
+            "each worker's slowness from an earlier run: its compute and persistent extra "
+            "delay in units of a typical worker's compute (1 = typical; empty: not known), "
             "comma-separated, one per worker: the look-ahead's guess for a worker the job's "
             "rounds have not waited for (a smaller group size is not tried while one of its "
             "groups would hold only unheard workers the prior does not know); `codedgd tune "
@@ -417,12 +421,22 @@ class Auto(ErasureHead):
 
     def plan(self, n_workers: int, n_partitions: int) -> Plan:
         valid = divisors(n_workers)
+        if self.r_asked and self.r_asked not in valid:
+            raise PlanError(
+                f"auto: the starting group size r={self.r_asked} does not divide "
+                f"n={n_workers}: choose among {valid} (or r=0: by n)"
+            )
         if self.sizes_text.strip():
             sizes = _ints(self.sizes_text, "sizes")
             bad = sorted(r for r in sizes if r not in valid)
             if bad:
                 raise PlanError(
                     f"auto: sizes {bad} do not divide n={n_workers}: choose among {valid}"
+                )
+            if self.r_asked and self.r_asked not in sizes:
+                raise PlanError(
+                    f"auto: the starting group size r={self.r_asked} is not among sizes "
+                    f"{sorted(sizes)}: add it to sizes, or start at one of them"
                 )
         else:
             sizes = {r for r in (1, 2, 4) if r in valid}
@@ -661,6 +675,14 @@ class Auto(ErasureHead):
         self._holders = list(names)
         if not self.prior_names or len(names) != len(self._measured):
             return
+        own = [machine(n) for n in self.prior_names]
+        twice = sorted({n for n in own if n and own.count(n) > 1})
+        if twice:
+            log.warning(
+                "auto: prior_names names %s at more than one place: one machine held both "
+                "(one after the other), so its entries are not used",
+                ", ".join(twice)[:200],
+            )
         matched = match_machines(self.prior_names, names)
         prior = tuple(None if i is None else self._measured[i] for i in matched)
         for w, value in enumerate(prior):

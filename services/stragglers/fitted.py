@@ -633,6 +633,11 @@ def parse_tail(text: str, owner: str = "auto") -> DelayFit | None:
     return DelayFit(family, params, math.nan)
 
 
+NOTHING_TO_FIT = (
+    "the run's delays beyond compute are all equal (or fewer than two were seen): nothing to fit"
+)
+
+
 def fit_delays(obs: Observations) -> Fit:
     """Fit every family of :data:`FAMILIES` to the pooled excess (see the module docstring)."""
     seen = ~np.isnan(obs.excess)
@@ -641,8 +646,7 @@ def fit_delays(obs: Observations) -> Fit:
     exact = values[~censored]
     if exact.size < 2 or float(np.ptp(exact)) <= 0.0:
         raise ConfigError(
-            "the run's delays beyond compute are all equal (or fewer than two were seen): "
-            "nothing to fit; a cluster without stragglers needs no coding (uncoded)"
+            f"{NOTHING_TO_FIT}; a cluster without stragglers needs no coding (uncoded)"
         )
     fits = [_shifted_exponential(values, censored), _pareto(values, censored)]
     scored = [

@@ -532,7 +532,8 @@ def search(
     hops = [p for p in policies if p in TOPOLOGIES]
     if hops and link is None:
         raise ConfigError(
-            f"{', '.join(hops)} send gradients between workers, hop after hop, and a run's "
+            f"{', '.join(hops)} {'sends' if len(hops) == 1 else 'send'} gradients between "
+            "workers, hop after hop, and a run's "
             "delays do not measure those links: state them (tune --link-latency SECONDS "
             "--link-bandwidth BYTES_PER_S) or measure them on the pool (tune --probe-links) "
             "to search the topologies"
@@ -791,5 +792,14 @@ def _in_processes(
                 for rep in range(runs[futures[future]][0].repeats):
                     on_step(f"{outcome.label} #{rep + 1}")
         return [done[i] for i in range(len(runs))]
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed: the candidates still running are not waited for.
+        # They ignore SIGINT (_quiet), and at exit the pool joins them: a second Ctrl-C
+        # there left the process hung for good. (ProcessPoolExecutor has no public way to
+        # stop its processes before Python 3.14.)
+        running = getattr(pool, "_processes", None) or {}
+        for process in list(running.values()):
+            process.terminate()
+        raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

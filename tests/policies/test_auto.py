@@ -231,8 +231,12 @@ def test_bad_options_are_refused() -> None:
         create("auto", {"choices": "half"}).plan(8, 8)
     with pytest.raises(PlanError, match=r"sizes \[3\] do not divide n=8: choose among"):
         create("auto", {"sizes": "2,3"}).plan(8, 8)
-    with pytest.raises(PlanError, match="r=3 does not divide n=8"):
+    with pytest.raises(PlanError, match=r"auto: the starting group size r=3 does not divide n=8"):
         create("auto", {"r": 3}).plan(8, 8)
+    with pytest.raises(PlanError, match=r"auto: .*r=16 does not divide n=8: choose among"):
+        create("auto", {"r": 16}).plan(8, 8)
+    with pytest.raises(PlanError, match=r"r=4 is not among sizes \[1, 2\]: add it to sizes"):
+        create("auto", {"r": 4, "sizes": "1,2"}).plan(8, 8)
     with pytest.raises(ConfigError, match=r"r must be a group size >= 1 \(or 0: by n\)"):
         create("auto", {"r": -1})
     with pytest.raises(ConfigError, match=r"prior=.*one slowness per worker"):
@@ -641,6 +645,18 @@ def test_default_names_match_on_their_host_and_a_pool_of_strangers_drops_the_pri
     assert policy.prior == (None, None, None, None)
     assert "no worker holding a place is named as one of the prior's machines" in caplog.text
     assert "(--name)" in caplog.text
+
+
+def test_a_machine_named_at_two_places_of_the_prior_is_not_used_and_said_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # b held places 1 and 2 of the source run, one after the other: which entry is its
+    # own is not known.
+    policy, _ = _named("1,3,2,1", "a,b,b#7,d")
+    with caplog.at_level(logging.WARNING, logger="codedgd.services.policies.auto"):
+        policy.assigned(["d", "b", "a", "c"])
+    assert policy.prior == (1.0, None, 1.0, None)
+    assert "prior_names names b at more than one place" in caplog.text
 
 
 def test_without_prior_names_the_prior_stays_by_place() -> None:
