@@ -512,6 +512,12 @@ class Lookahead:
         choices: Sequence[Choice],
         memory: Mapping[str, Any] | None = None,
     ) -> tuple[Choice, str]:
+        timed = len(timed_records(records))
+        if timed < MIN_LIVE_ROUNDS:  # (observe's own words are advice for tune's user)
+            return current, (
+                f"no refit: {timed} of the last {len(records)} rounds timed its workers "
+                f"(a fit needs {MIN_LIVE_ROUNDS})"
+            )
         try:
             seen = dataclasses.replace(
                 observe(records, self.config.workers, MIN_LIVE_ROUNDS), chance_sigmas=LIVE_SIGMAS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -457,6 +458,24 @@ def test_a_smaller_group_with_a_worker_heard_from_is_tried(tmp_path: Path) -> No
     )
     assert "groups of 1 not tried: workers [0] not heard from lately" in why
     assert "r=2 K=8: " in why and choice == Choice(2, 8), why
+
+
+def test_a_window_without_timed_rounds_is_not_refitted_and_says_why(tmp_path: Path) -> None:
+    # Rounds whose records carry no worker's time (as lazy rounds that ask no group):
+    # the rule is kept, with the job's reason, not tune's advice to its user.
+    look, run = _slow_one_in_pairs(tmp_path, {})
+    untimed = [
+        dataclasses.replace(r, response_seconds={}, worker_compute_seconds={}) for r in run.records
+    ]
+    choice, why = look.choose(
+        10,
+        run.theta,
+        untimed[:9] + list(run.records[9:]),
+        Choice(2, 8),
+        [Choice(1, 8), Choice(2, 8)],
+    )
+    assert choice == Choice(2, 8)
+    assert why == "no refit: 1 of the last 10 rounds timed its workers (a fit needs 2)"
 
 
 def test_a_worker_always_cancelled_is_remembered_by_bounds_not_delays(tmp_path: Path) -> None:
