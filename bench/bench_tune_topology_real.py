@@ -173,6 +173,12 @@ def one(
                 "best": best,
                 "best_real": real[best],
                 "predicted_over_real": (min(ratios), max(ratios)) if ratios else None,
+                # the topologies' own: what the link decides
+                "hops": {
+                    label: predicted[label] / real[label]
+                    for label in ALWAYS[1:]
+                    if predicted.get(label) is not None and math.isfinite(real[label])
+                },
             }
         )
     return out
@@ -205,9 +211,10 @@ def main() -> None:
         print(f"the link: {' '.join(link)}\n", flush=True)
         print(
             "| scenario (n = 6 processes) | source run | tune's pick | real (s) | best real "
-            "| best (s) | pick / best | candidates run: predicted / real |"
+            "| best (s) | pick / best | candidates run: predicted / real | tree, ring: "
+            "predicted / real |"
         )
-        print("|---|---|---|---:|---|---:|---:|---|")
+        print("|---|---|---|---:|---|---:|---:|---|---|")
         for scenario in args.scenario or ["exponential", "few-slow", "pareto"]:
             for r in one(scenario, Path(tmp), args.rounds, args.repeats, link):
                 span = r["predicted_over_real"]
@@ -215,7 +222,9 @@ def main() -> None:
                 print(
                     f"| {r['scenario']} | {r['source']} | {r['pick']} | {r['pick_real']:.2f} "
                     f"| {r['best']} | {r['best_real']:.2f} | "
-                    f"{r['pick_real'] / r['best_real']:.2f} | {shown} |",
+                    f"{r['pick_real'] / r['best_real']:.2f} | {shown} | "
+                    + ", ".join(f"{v:.2f}" for v in r["hops"].values())
+                    + " |",
                     flush=True,
                 )
 
