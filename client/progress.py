@@ -14,7 +14,10 @@ class Progress:
     """round / rounds, loss, held-out metric and round time, on stderr; a round whose
     policy changed itself (``RoundRecord.note``) gets a line above the bar."""
 
-    def __init__(self, rounds: int, *, enabled: bool = True) -> None:
+    def __init__(self, rounds: int, *, enabled: bool = True, notes: bool = True) -> None:
+        """``notes``: write the policy's notes (False where the coordinator's own log,
+        in this process, says them already: `run -v`)."""
+        self._notes = notes
         self._bar = tqdm(
             total=rounds,
             unit="round",
@@ -32,7 +35,7 @@ class Progress:
         self._bar.set_description_str(text)
 
     def update(self, record: RoundRecord) -> None:
-        if record.note:  # what the policy changed (auto's switches): a line of its own
+        if record.note and self._notes:  # what the policy changed (auto's switches)
             tqdm.write(f"round {record.round}: {record.note}", file=sys.stderr)
         if not math.isnan(record.loss):
             self._loss = record.loss

@@ -60,7 +60,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = job_from_args(args)
     out = Path(args.output) if args.output else default_output(config)
     check_output(out)  # before training, not after it
-    progress = Progress(config.rounds, enabled=not args.no_progress)
+    # With -v the coordinator's log says each switch of the policy: not the bar twice.
+    progress = Progress(config.rounds, enabled=not args.no_progress, notes=not args.verbose)
     records: list[RoundRecord] = []  # kept as they come: a failed job's rounds are saved too
     outcome_log = logging.getLogger("codedgd.coordinator.outcome")
     outcome_level = outcome_log.level

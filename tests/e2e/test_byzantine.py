@@ -65,12 +65,17 @@ async def test_frc_vote_trains_exactly_despite_corrupt_workers(
     coordinator: CoordinatorServer, worker_processes: WorkerProcesses, corrupt: dict[int, str]
 ) -> None:
     await _connect_in_order(coordinator, worker_processes, corrupt, 6)
+    # A liar is found out only in a round where its result comes before its group's two
+    # honest ones agree. Seeded delays well above the machine's scheduling noise put it
+    # among the first two in two rounds of three: without them a loaded machine (CI)
+    # once ran all 8 rounds with the liar last in its group, and it was never outvoted.
     config = JobConfig(
         workers=6,
         rounds=8,
         seed=3,
         data=SYNTH,
         policy=Component("frc", {"s": 2, "byzantine": 1}),
+        stragglers=Component("exponential", {"mean": 0.05}),
     )
     job = coordinator.service.submit(config)
     assert await _finish(coordinator, job.id) == "done", job.error
