@@ -113,3 +113,11 @@ def test_probe_links_and_stated_links_are_not_both_taken(tmp_path: Path) -> None
     assert done.returncode == 2
     assert "--probe-links" in done.stderr and "not both" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_missing_result_file_is_named_before_the_links_are_probed(tmp_path: Path) -> None:
+    # (No coordinator listens on port 1: had the probe come first, the error would be
+    # that one, after a probe a user waits for.)
+    done = _cli("tune", "gone.json", "--probe-links", "--coordinator", "127.0.0.1:1", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "result file gone.json does not exist" in done.stderr

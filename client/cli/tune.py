@@ -271,10 +271,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     steps = step_sizes(args.lr or [])  # (a typo named now, not after the probe)
     if args.probe is not None:
         args.results = _probe(args)
+    job_doc, summary, records = read_result_file(args.results)  # (read before the links)
     fitted_link = _probe_links(args) if args.probe_links else None
     if fitted_link is not None:
         link = fitted_link.link
-    job_doc, summary, records = read_result_file(args.results)
     failed = summary.get("error")
     if failed:
         print(
