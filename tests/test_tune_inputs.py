@@ -86,6 +86,32 @@ def test_a_file_of_the_run_that_is_not_its_result_file_is_named(run_dir: Path) -
     _refused(_cli("tune", "empty.json", cwd=run_dir), "empty.json is not a codedgd result", "empty")
 
 
+def test_a_target_no_candidate_could_miss_or_reach_is_refused(run_dir: Path) -> None:
+    start = json.loads((run_dir / "run.json").read_text())["rounds"][0]["loss"]
+    _refused(
+        _cli("tune", "run.json", "--target-loss", "-0.1", cwd=run_dir),
+        "--target-loss = -0.1 is below 0, but the logistic objective is never negative",
+    )
+    _refused(
+        _cli("tune", "run.json", "--target-loss", str(start), cwd=run_dir),
+        f"at or above the loss the run had after round 0 ({start:.6g})",
+        "Give a lower --target-loss",
+    )
+    # F*·(1 + 1000) is far above where the run starts.
+    _refused(
+        _cli("tune", "run.json", "--target-gap", "1000", cwd=run_dir),
+        "the target of --target-gap 1000 is",
+        "Give a smaller --target-gap",
+    )
+
+
+def test_a_job_whose_target_its_model_cannot_reach_is_refused(tmp_path: Path) -> None:
+    done = _cli(*SOURCE, "--target-loss", "-1", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "job.target_loss = -1 is below 0, but the logistic objective" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_failed_run_is_named_and_no_advice_is_drawn_from_its_missing_round(
     tmp_path: Path,
 ) -> None:

@@ -342,6 +342,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         target = losses[-1]
     if not math.isfinite(target):
         raise ConfigError(f"--target-loss must be a finite number, got {target!r}")
+    _check_target(args, job, records, target)
     rounds = args.rounds or max(2 * len(records), job.rounds if args.probe else 1)
     slowness = obs.slowness()  # compute and persistent delay, at the run's load
     load_slowness = obs.load_slowness()  # what of it grows with load: what the replay scales
@@ -774,6 +775,30 @@ def _bar(args: argparse.Namespace) -> _Progress:
     from tqdm import tqdm
 
     return _Progress(tqdm(desc="tune", unit="sim", file=sys.stderr, leave=False))
+
+
+def _check_target(
+    args: argparse.Namespace, job: JobConfig, records: list[RoundRecord], target: float
+) -> None:
+    """Refuse a target no candidate could miss or reach: below what the model's objective
+    can be, or at or above the loss the run had after its first round (every candidate
+    would reach it at once, and the search rank one round's time)."""
+    from codedgd.services.models import check_target_loss
+
+    if args.target_loss is not None:
+        what, fix = "--target-loss", "a lower --target-loss"
+    elif args.target_gap is not None:
+        what, fix = f"the target of --target-gap {args.target_gap:g}", "a smaller --target-gap"
+    else:
+        what, fix = f"the run's target loss ({args.results})", "a lower --target-loss"
+    check_target_loss(job.model.name, target, what)
+    first = next((r for r in records if math.isfinite(r.loss)), None)
+    if first is not None and target >= first.loss:
+        raise ConfigError(
+            f"{what} is {target:.6g}, at or above the loss the run had after round "
+            f"{first.round} ({first.loss:.6g}): every candidate would reach it at once, and "
+            f"the search rank one round's time. Give {fix}"
+        )
 
 
 def _figure(fit: Any, path: Path) -> None:

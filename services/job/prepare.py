@@ -18,7 +18,12 @@ from codedgd.services.data import check_owner_partitions, load_dataset
 from codedgd.services.data.dataset import Dataset, Matrix, partition_rows, take_rows
 from codedgd.services.errors import ConfigError
 from codedgd.services.job.config import JobConfig
-from codedgd.services.models import create_model, objective_smoothness, parameter_count
+from codedgd.services.models import (
+    check_target_loss,
+    create_model,
+    objective_smoothness,
+    parameter_count,
+)
 from codedgd.services.models import initial_theta as model_theta0
 from codedgd.services.models.base import Model
 from codedgd.services.models.saved import load_model
@@ -49,6 +54,8 @@ def prepare(config: JobConfig, data_dir: str | None) -> Prepared:
     """Load data, build model and policy, plan, and choose the step size (blocking)."""
     policy = create(config.policy.name, config.policy.options, seed=config.seed)
     model = create_model(config.model.name, config.model.options)
+    if config.target_loss is not None:
+        check_target_loss(config.model.name, config.target_loss, "job.target_loss")
     n = config.workers
     k = config.partitions or policy.default_partitions(n)
     plan = policy.plan(n, k)  # before loading data: a wrong n fails fast
@@ -117,7 +124,13 @@ def job_context(
 
     # The same schedule the job's optimizer follows (its step sizes depend on the options only).
     schedule = create_optimizer({**config.optimizer, "lr": lr}, np.zeros(1)).step_size
-    return JobContext(n_rows=n_rows, step_size=lr, smoothness=smoothness, step_size_at=schedule)
+    return JobContext(
+        n_rows=n_rows,
+        step_size=lr,
+        smoothness=smoothness,
+        step_size_at=schedule,
+        rounds=config.rounds,
+    )
 
 
 def choose_lr(config: JobConfig, model: Model, X: Matrix) -> float:

@@ -39,6 +39,7 @@ __all__ = [
     "LeastSquares",
     "LogisticRegression",
     "Model",
+    "check_target_loss",
     "create_model",
     "initial_theta",
     "model_names",
@@ -61,6 +62,18 @@ _CLASSES: dict[str, type[LogisticRegression] | type[LeastSquares]] = {
 
 # Options every model accepts, with a one-line meaning for error messages.
 _OPTIONS: dict[str, str] = {"l2": "L2 regularisation λ >= 0 of the objective (default 0)"}
+
+
+def check_target_loss(name: str, target: float, what: str) -> None:
+    """Refuse a target loss ``what`` that model ``name``'s objective can never reach: one
+    below 0 for a built-in model (each is a loss that is never negative plus ½λ‖θ‖² with
+    λ >= 0). A plugin's objective may be anything, so its targets are taken as given."""
+    if name in MODELS and target < 0:
+        raise ConfigError(
+            f"{what} = {target:g} is below 0, but the {name} objective is never negative: "
+            "the job could never reach it. Give a target >= 0 (the loss a run reaches, or "
+            "codedgd tune --target-gap to state it relative to the optimum)"
+        )
 
 
 def model_names() -> list[str]:

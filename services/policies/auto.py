@@ -473,7 +473,17 @@ class Auto(ErasureHead):
     def bind(self, context: JobContext) -> None:
         """The job's data: lazy rounds become possible (they need its smoothness
         constants), and with ``start=lazy`` the job starts in them (an unbound policy
-        starts exact)."""
+        starts exact). A ``first`` past the job's last round is warned about: auto
+        will never decide, and runs its start rule throughout."""
+        if context.rounds is not None and self.first >= context.rounds:
+            log.warning(
+                "auto: first = %d is past the job's last round (rounds = %d, numbered from "
+                "0): auto will never decide and runs its start rule throughout. Give first "
+                "< %d for it to adapt (or keep it so, to measure the start rule alone)",
+                self.first,
+                context.rounds,
+                context.rounds,
+            )
         self._context = context
         self._memory = self._lazy_rounds(None)
         if self._memory is not None and self.start == "lazy" and self._ran.k == self._n:
@@ -693,7 +703,8 @@ class Auto(ErasureHead):
             log.warning(
                 "auto: no worker holding a place is named as one of the prior's machines "
                 "(prior_names: %s): the prior is not used. Name the workers as on the "
-                "source run (--name) for it to follow them",
+                "source run (codedgd worker --name; codedgd run names its own local-0, "
+                "local-1, …), or leave prior_names out for the prior to stay by place",
                 ",".join(self.prior_names)[:200],
             )
             return

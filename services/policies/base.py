@@ -177,6 +177,7 @@ class JobContext:
     The coordinator steps θ ← θ − α·(Σ_j g_j / N + λθ): ``n_rows`` is N and
     ``step_size`` is α, the base step size; ``step_size_at(t)`` is the step the
     schedule takes in round t (α itself under the constant schedule, and when None).
+    ``rounds`` is the job's round budget, for a policy whose options count rounds.
     ``smoothness(partitions)`` is a smoothness constant of
     f_P(θ) = (1/N)·Σ_{rows x of the partitions P} ℓ(x; θ) (the data term only; the
     L2 term is applied fresh by the coordinator every round). It is computed on
@@ -187,6 +188,7 @@ class JobContext:
     step_size: float
     smoothness: Callable[[Sequence[int]], float]
     step_size_at: Callable[[int], float] | None = None
+    rounds: int | None = None  # the job's round budget (job.rounds), when known
 
     def step_at(self, t: int) -> float:
         """The step size of round t."""

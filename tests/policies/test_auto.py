@@ -19,6 +19,7 @@ from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from codedgd.services.job.prepare import prepare
 from codedgd.services.policies.auto import Auto, Choice, default_size, group_size
+from codedgd.services.policies.base import JobContext
 from codedgd.services.policies.registry import create
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
@@ -259,6 +260,36 @@ def test_bad_options_are_refused() -> None:
         create("auto", {"tail": "pareto:scale=0,shape=2"})
     with pytest.raises(ConfigError, match=r"shape <= 1 has an infinite mean"):
         create("auto", {"tail": "pareto:scale=0.02,shape=0.8"})
+
+
+def test_a_first_decision_past_the_jobs_last_round_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Rounds are numbered 0..rounds-1: with first = rounds auto never decides. (Kept, not
+    # refused: it is how to measure the start rule alone, bookkeeping and all.)
+    def bound(first: int, rounds: int) -> None:
+        policy = create("auto", {"first": first, "lazy": "none"})
+        policy.plan(8, 8)
+        policy.bind(JobContext(n_rows=80, step_size=0.1, smoothness=lambda p: 1.0, rounds=rounds))
+
+    with caplog.at_level(logging.WARNING, logger="codedgd.services.policies.auto"):
+        bound(first=9, rounds=10)
+        assert not caplog.records
+        bound(first=10, rounds=10)
+    assert "first = 10 is past the job's last round (rounds = 10" in caplog.text
+    assert "auto will never decide" in caplog.text
+    # As a user meets it: the simulator says so, and runs without a decision.
+    config = JobConfig(
+        workers=4,
+        rounds=30,
+        data=Component("synthetic", {"rows": 200, "dim": 5}),
+        policy=Component("auto", {"first": 50}),
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="codedgd.services.policies.auto"):
+        records = simulate(config, CostModel()).records
+    assert "Give first < 30 for it to adapt" in caplog.text
+    assert len(records) == 30 and not any(r.note for r in records)
 
 
 @pytest.mark.parametrize("batch_size", [0, 40])
@@ -663,7 +694,8 @@ def test_default_names_match_on_their_host_and_a_pool_of_strangers_drops_the_pri
         policy.assigned(["p", "q", "r", "s"])
     assert policy.prior == (None, None, None, None)
     assert "no worker holding a place is named as one of the prior's machines" in caplog.text
-    assert "(--name)" in caplog.text
+    assert "codedgd worker --name; codedgd run names its own local-0" in caplog.text
+    assert "or leave prior_names out for the prior to stay by place" in caplog.text
 
 
 def test_a_machine_named_at_two_places_of_the_prior_is_not_used_and_said_so(
