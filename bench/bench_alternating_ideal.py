@@ -102,7 +102,7 @@ class PhaseOracle:
         same = [c for c in choices if c.r == want.r]
         return (same[0] if same else current), "the oracle's group size for this phase"
 
-    def renew(self, worker: int, prior: float | None) -> None:
+    def renew(self, worker: int, prior: float | None, since: int = 0) -> None:
         pass
 
 

@@ -125,10 +125,12 @@ class Chooser(Protocol):
         choices)."""
         ...
 
-    def renew(self, worker: int, prior: float | None) -> None:
+    def renew(self, worker: int, prior: float | None, since: int = 0) -> None:
         """A new machine holds place ``worker``: what is known of the old one (its
         delays, its prior) no longer speaks for it; ``prior`` is the new one's slowness
-        from the prior (None: not known). Called between decisions."""
+        from the prior (None: not known), and ``since`` the first round it held the place
+        (the records of earlier rounds at that place are the old one's). Called between
+        decisions."""
         ...
 
 
@@ -414,8 +416,9 @@ class Auto(ErasureHead):
         self._pending: tuple[int, Choice, str] | None = None
         self._asked: int | None = None  # the round of the latest deliberation
         self._lag: int | None = None  # rounds from it to the one it took effect at
-        # Places new machines took (→ their prior entry), not yet told the chooser.
-        self._replaced: dict[int, float | None] = {}
+        # Places new machines took (→ their prior entry, and the first round they held
+        # it), not yet told the chooser.
+        self._replaced: dict[int, tuple[float | None, int]] = {}
         self._replanned: Plan | None = None
         self._ran = Choice(r, 0)
 
@@ -550,8 +553,8 @@ class Auto(ErasureHead):
         memory (slow: the coordinator runs it in a thread while rounds go on);
         :meth:`settle` takes its answer."""
         if self.chooser is not None:  # (no decision runs now: safe to tell it)
-            for worker, prior in sorted(self._replaced.items()):
-                self.chooser.renew(worker, prior)
+            for worker, (prior, since) in sorted(self._replaced.items()):
+                self.chooser.renew(worker, prior, since)
             self._replaced.clear()
         if (
             self.chooser is None
@@ -697,7 +700,7 @@ class Auto(ErasureHead):
         prior = tuple(None if i is None else self._measured[i] for i in matched)
         for w, value in enumerate(prior):
             if w >= len(self.prior) or value != self.prior[w]:
-                self._replaced[w] = value
+                self._replaced[w] = (value, self._next_round())
         self.prior = prior
         if all(i is None for i in matched):
             log.warning(
@@ -728,7 +731,7 @@ class Auto(ErasureHead):
             i = match_machines(self.prior_names, self._holders)[worker]
             value = None if i is None else self._measured[i]
         old = self.prior[worker] if 0 <= worker < len(self.prior) else None
-        self._replaced[worker] = value
+        self._replaced[worker] = (value, self._next_round())
         if value is not None:
             log.info(
                 "auto: a new worker, %s, holds place %d: its own prior slowness %.3g "
@@ -748,6 +751,11 @@ class Auto(ErasureHead):
             )
         if old is not None or value is not None:
             self._set_prior(worker, value)
+
+    def _next_round(self) -> int:
+        """The first round whose record is not yet observed: a machine that takes a place
+        now answers for it from that round on (mid-round, it is the one waited for)."""
+        return self._records[-1].round + 1 if self._records else 0
 
     def _set_prior(self, worker: int, value: float | None) -> None:
         self.prior = tuple(value if w == worker else v for w, v in enumerate(self.prior))
@@ -790,7 +798,7 @@ class Auto(ErasureHead):
         for worker in dropped:
             if 0 <= worker < len(self.prior):
                 self._set_prior(worker, None)
-                self._replaced[worker] = None  # the chooser built from the job's own prior
+                self._replaced[worker] = (None, 0)  # the chooser built from the job's prior
         lazy = state.get("lazy")
         if self._memory is not None and isinstance(lazy, Mapping):
             self._memory.load_state(lazy)

@@ -152,6 +152,9 @@ class Lookahead:
         self._bounds: list[np.ndarray] = [np.empty(0)] * config.workers  # cancelled at
         # The decision at which each worker last answered a round (-inf: never).
         self._heard = [-math.inf] * config.workers
+        # Each replaced place's first round of its new machine (renew): the rounds before
+        # it, while still in the window, are the old one's.
+        self._new_from: dict[int, int] = {}
         # auto's prior (each worker's slowness on an earlier run) stands in for a worker
         # until it answers, as a bound: its delay is at least what that slowness means in
         # relative terms (its excess beyond the typical worker's, per second of compute),
@@ -488,12 +491,15 @@ class Lookahead:
             return own.tail
         return self.tail
 
-    def renew(self, worker: int, prior: float | None) -> None:
-        """A new machine holds place ``worker``: the prior's entry and the delays kept of
-        the old one go; with ``prior`` (the new machine's own slowness from the prior) it
-        stands in for it as an entry given at the start does, else it is unheard until it
-        answers. (The window's records still hold the old holder's last rounds, for up to
-        a window.)"""
+    def renew(self, worker: int, prior: float | None, since: int = 0) -> None:
+        """A new machine holds place ``worker`` from round ``since`` on: the prior's entry
+        and the delays kept of the old one go; with ``prior`` (the new machine's own
+        slowness from the prior) it stands in for it as an entry given at the start
+        does, else it is unheard until it answers. The window's records of that place
+        before ``since`` are the old machine's: they are not read as the new one's, which
+        is taken for a typical worker there (:meth:`Observations.typical_before`; until
+        2026-11-30 they were, for up to a window after the replacement)."""
+        self._new_from[worker] = since
         self._history[worker] = np.empty(0)
         self._heard[worker] = -math.inf
         if prior is None:
@@ -502,6 +508,14 @@ class Lookahead:
         else:
             self.known.add(worker)
             self._bounds[worker] = _prior_bound(prior)
+
+    def _old_holders(self, records: Sequence[RoundRecord]) -> dict[int, int]:
+        """Each replaced place → how many of the observed rows of ``records`` (those
+        :func:`observe` reads) are its old machine's: those of rounds before the new one
+        took it."""
+        rounds = [r.round for r in timed_records(records)]
+        out = {w: sum(1 for t in rounds if t < since) for w, since in self._new_from.items()}
+        return {w: rows for w, rows in out.items() if rows}
 
     def choose(
         self,
@@ -522,8 +536,10 @@ class Lookahead:
             seen = dataclasses.replace(
                 observe(records, self.config.workers, MIN_LIVE_ROUNDS), chance_sigmas=LIVE_SIGMAS
             )
+            old = self._old_holders(records)
+            seen = seen.without(old)
             self._remember(seen)
-            obs = seen.informed(self._history, self._bounds)
+            obs = seen.typical_before(old, self.known).informed(self._history, self._bounds)
             # The family is fitted to what these rounds saw (not to the values informed
             # from earlier ones, which are guesses, not delays), and a censored value is
             # drawn from the better-fitting family's tail beyond its bound, as tune draws

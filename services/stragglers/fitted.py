@@ -377,6 +377,30 @@ class Observations:
                 excess[i, w] = float(np.median(lifted))
         return replace(self, excess=excess, censored=censored)
 
+    def without(self, before: Mapping[int, int]) -> Observations:
+        """These observations without worker w's values in the rows before ``before[w]``:
+        another machine's, the place's holder until it was replaced. NaN there, as where
+        a worker was not contacted."""
+        excess, censored, compute = self.excess.copy(), self.censored.copy(), self.compute.copy()
+        for w, row in before.items():
+            excess[:row, w] = np.nan
+            censored[:row, w] = False
+            compute[:row, w] = np.nan
+        return replace(self, excess=excess, censored=censored, compute=compute)
+
+    def typical_before(self, before: Mapping[int, int], bounded: Iterable[int]) -> Observations:
+        """These observations with worker w's rows before ``before[w]`` (emptied by
+        :meth:`without`) given each round's typical excess: a newcomer is taken for a
+        typical worker until it answers. For a w of ``bounded`` (one an earlier run's
+        prior stands in for) as a bound, which :meth:`informed` raises to the prior's."""
+        excess, censored = self.excess.copy(), self.censored.copy()
+        typical, _ = self.rows()
+        bound = set(bounded)
+        for w, row in before.items():
+            excess[:row, w] = typical[:row]
+            censored[:row, w] = w in bound
+        return replace(self, excess=excess, censored=censored)
+
 
 def _local_floors(values: np.ndarray, span: int) -> np.ndarray:
     """Per column, each value's floor around its row: the highest, over the runs of

@@ -45,9 +45,11 @@ class Scripted:
         self.offered: list[tuple[Choice, ...]] = []
         # (decisions asked so far, worker, its new prior entry)
         self.renewed: list[tuple[int, int, float | None]] = []
+        self.since: dict[int, int] = {}  # worker -> the first round of its new machine
 
-    def renew(self, worker: int, prior: float | None) -> None:
+    def renew(self, worker: int, prior: float | None, since: int = 0) -> None:
         self.renewed.append((len(self.asked), worker, prior))
+        self.since[worker] = since
 
     def choose(
         self,
@@ -589,6 +591,74 @@ def test_a_prior_entry_given_to_a_new_machine_stands_in_for_it(tmp_path: Path) -
         10, run.theta, run.records, Choice(2, 8), [Choice(1, 8), Choice(2, 8)]
     )
     assert choice == Choice(2, 8) and "not tried" not in why, why
+
+
+def _replaced_at_round_8(tmp_path: Path) -> tuple[Lookahead, Any]:
+    """Ten rounds of uncoded on 8 workers where the machine at place 0 is 2 s late in
+    rounds 0-7, and the one that replaced it is typical in rounds 8-9 (every worker is
+    waited for, so all are heard). The look-ahead of an auto job that may keep single
+    workers or move to pairs, and the run."""
+    trace = tmp_path / "replaced.json"
+    typical = [0.01 + 0.002 * ((w + t) % 4) for t in range(10) for w in range(8)]
+    rows = [
+        [(2.0 if w == 0 and t < 8 else typical[8 * t + w]) for w in range(8)] for t in range(10)
+    ]
+    trace.write_text(json.dumps({"delays": rows}))
+    config = JobConfig(
+        workers=8,
+        rounds=10,
+        seed=3,
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        stragglers=Component("trace", {"path": str(trace)}),
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    run = simulate(config, cost)
+    assert all(len(r.response_seconds) == 8 for r in run.records)
+    job = config.replace(
+        policy=Component("auto", {"r": 1, "sizes": "1,2", "choices": "8", "lazy": "none"}),
+        rounds=40,
+    )
+    return Lookahead(job, prepare(job, None), cost), run
+
+
+@pytest.mark.parametrize("prior", [None, 17.0])
+@pytest.mark.parametrize("since", [8, 10])
+def test_the_rounds_a_replaced_machine_held_are_not_read_as_its_successors(
+    tmp_path: Path, prior: float | None, since: int
+) -> None:
+    # The old machine at place 0 was 2 s late; pairs would hide it, so while its rounds
+    # count, the look-ahead moves to them.
+    look, run = _replaced_at_round_8(tmp_path)
+    options = [Choice(1, 8), Choice(2, 8)]
+    choice, why = look.choose(10, run.theta, run.records, Choice(1, 8), options)
+    assert choice == Choice(2, 8), why
+    # Told that a new machine holds place 0 from round 8: rounds 0-7 there are not its
+    # own, and its own two (typical) speak for it, whatever its prior said; nothing to
+    # gain from pairs. What is kept of it is its own delays only. (From round 10, after
+    # the window: it has not answered yet, and is taken for a typical worker, or with a
+    # prior, for no faster than that says; 17 is 2 s late: pairs.)
+    look, run = _replaced_at_round_8(tmp_path)
+    look.renew(0, prior, since=since)
+    choice, why = look.choose(10, run.theta, run.records, Choice(1, 8), options)
+    own = 10 - since
+    slow = prior is not None and not own
+    assert choice == (Choice(2, 8) if slow else Choice(1, 8)), why
+    assert look._history[0].size == own
+    assert look._bounds[0].size == (1 if slow else 0)
+
+
+def test_a_replacement_is_told_to_the_chooser_with_its_first_round() -> None:
+    policy = Auto(r=2, lazy="none", window=5)
+    policy.plan(4, 4)
+    chooser = Scripted({})
+    policy.attach(chooser)
+    for t in range(3):
+        policy.observe(_record(t))
+    policy.replaced(1)  # during round 3: the newcomer answers for it
+    policy.observe(_record(3))
+    policy.replaced(2)  # between rounds 3 and 4
+    policy.deliberation(4, np.zeros(3))
+    assert chooser.since == {1: 3, 2: 4}
 
 
 def _tail_job(tail: str, rounds: int) -> tuple[Lookahead, Any]:
