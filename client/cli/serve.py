@@ -131,6 +131,15 @@ def add_parsers(sub: Any) -> None:
         "scale:F (times F), sign (negated) or noise:S (plus N(0, S^2) per coordinate); "
         "star jobs only. Never for training.",
     )
+    p.add_argument(
+        "--extra-delay",
+        metavar="SECONDS",
+        type=float,
+        default=0.0,
+        help="TEST INSTRUMENT: wait this many seconds more every round before sending "
+        "(a Cancel ends the wait), on top of the job's straggler delay: a slower machine, "
+        "whichever place it holds, where --stragglers delays places. Never for training.",
+    )
     _add_chunk_argument(p, "its results and peer pushes")
     p.add_argument(
         "--peer-fault",
@@ -294,6 +303,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         peer_tls_server_name=args.peer_tls_server_name,
         corrupt=Corruption.parse(args.corrupt) if args.corrupt else None,
         peer_fault=PeerFault.parse(args.peer_fault) if args.peer_fault else None,
+        extra_delay=args.extra_delay,
         **({"chunk_bytes": args.chunk_bytes} if args.chunk_bytes is not None else {}),
         **({"name": args.name} if args.name else {}),
     )

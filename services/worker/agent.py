@@ -90,9 +90,18 @@ class WorkerOptions:
     peer_tls_server_name: str | None = None  # the name peers' certificates carry
     corrupt: Corruption | None = None  # a test instrument: lie in every star result
     peer_fault: PeerFault | None = None  # a test instrument: misbehave towards peers
+    extra_delay: float = 0.0  # a test instrument: seconds more every round (a slow machine)
 
     def __post_init__(self) -> None:
         check_chunk_bytes(self.chunk_bytes)
+        if (
+            isinstance(self.extra_delay, bool)
+            or not isinstance(self.extra_delay, int | float)
+            or not 0 <= self.extra_delay < math.inf
+        ):
+            raise ConfigError(
+                f"--extra-delay must be a finite number of seconds >= 0, got {self.extra_delay!r}"
+            )
         for problem in (
             check_worker_name(self.name),
             check_peer_address(self.peer_address) if self.peer_address else None,
@@ -136,6 +145,7 @@ class WorkerAgent:
             links=self._links if options.peer_listen is not None else None,
             corrupt=options.corrupt,
             peer_fault=options.peer_fault,
+            extra_delay=options.extra_delay,
         )
         self.peer_server: PeerServer | None = None
         self.advertised = ""  # the peer address told to the coordinator

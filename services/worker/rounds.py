@@ -97,8 +97,12 @@ class Rounds:
         links: LinksFactory | None = None,
         corrupt: Corruption | None = None,
         peer_fault: PeerFault | None = None,
+        extra_delay: float = 0.0,
     ) -> None:
         self._send = send
+        # A test instrument: seconds more this worker waits every round, on top of the
+        # job's straggler delay, whichever place it holds (a slower machine's).
+        self.extra_delay = extra_delay
         self.corrupt = corrupt  # a test instrument: every star result is a lie
         self.peer_fault = peer_fault  # a test instrument: misbehave towards peers
         self.data_dir = data_dir
@@ -241,6 +245,7 @@ class Rounds:
             links=self.links(addresses, topology.credential, failed, refused),
             send=self._send,
             chunk_bytes=self.chunk_bytes,
+            extra_delay=self.extra_delay,
             role="ring" if topology.kind == "ring" else f"tree level {topology.level}",
             silent=silent,
             fault=self.peer_fault,
@@ -442,11 +447,12 @@ class Rounds:
         self.stats.compute_seconds_total += result.seconds
         straggler = job.straggler
         if straggler is None:
-            return 0.0
+            return self.extra_delay
         a = job.assignment
         load = len(a.partitions) / max(1, a.n_partitions)
         try:
-            return float(straggler.delay(int(a.worker_index), round_, result.seconds, load))
+            drawn = straggler.delay(int(a.worker_index), round_, result.seconds, load)
+            return self.extra_delay + float(drawn)
         except Exception as exc:  # e.g. a delay trace shorter than the job
             self._round_failed(job, round_, "straggler model", exc)
             return None

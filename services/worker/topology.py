@@ -78,6 +78,7 @@ class TopologyContext:
     role: str = "ring"  # names this worker's peer totals ("ring", "tree level 2", ...)
     silent: SilentPeer | None = None  # how a silent peer is reported to the coordinator
     fault: PeerFault | None = None  # a test instrument: misbehave towards peers on purpose
+    extra_delay: float = 0.0  # a test instrument: this machine's own seconds more a round
     _reported: set[tuple[int, int, int]] = field(default_factory=set)  # (round, attempt, peer)
 
     @property
@@ -143,11 +144,12 @@ class TopologyContext:
         result = await asyncio.to_thread(self.computer.compute, theta, cancel, round_)
         self.stats.rounds_computed += 1
         self.stats.compute_seconds_total += result.seconds
+        delay = self.extra_delay
         if self.straggler is not None:
-            delay = float(self.straggler.delay(self.index, round_, result.seconds, self.load))
-            if delay > 0:
-                self.stats.delay_seconds_total += delay if np.isfinite(delay) else 0.0
-                await asyncio.sleep(delay)
+            delay += float(self.straggler.delay(self.index, round_, result.seconds, self.load))
+        if delay > 0:
+            self.stats.delay_seconds_total += delay if np.isfinite(delay) else 0.0
+            await asyncio.sleep(delay)
         ready = max(time.perf_counter() - start, result.seconds)
         return result, pb.WorkerTiming(
             worker=self.index, compute_seconds=result.seconds, ready_seconds=ready

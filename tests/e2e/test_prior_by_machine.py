@@ -22,14 +22,19 @@ from tests.e2e.test_training import SYNTH
 
 
 async def _connect(
-    coordinator: CoordinatorServer, workers: WorkerProcesses, order: list[int]
+    coordinator: CoordinatorServer,
+    workers: WorkerProcesses,
+    order: list[int],
+    slow: dict[int, float] | None = None,
 ) -> None:
     """Workers m<k>-0 for k in ``order``, each connected before the next starts: places
-    are given in the order workers connected."""
+    are given in the order workers connected. m<k> of ``slow`` waits that many seconds
+    more every round (``--extra-delay``)."""
     sessions = coordinator.service.sessions
     for k in order:
         before = len(sessions)
-        workers.start(coordinator.port, 1, name=f"m{k}-")
+        extra = ("--extra-delay", str(slow[k])) if slow and k in slow else ()
+        workers.start(coordinator.port, 1, name=f"m{k}-", extra=extra)
         await wait_for(lambda: len(sessions) > before, timeout=60)  # noqa: B023 - awaited here
 
 
@@ -84,3 +89,24 @@ async def test_tune_names_the_prior_s_machines_and_auto_gives_each_place_its_hol
     assert followed == [
         "auto: the prior follows the machines by name: 0=m3-0 4, 1=m1-0 2, 2=m0-0 1, 3=m2-0 3"
     ]
+
+
+async def test_a_machine_s_extra_delay_follows_it_to_whichever_place_it_holds(
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+) -> None:
+    """The instrument the prior by machine is measured with (bench_prior_by_machine): a
+    worker's --extra-delay is its own, where a straggler model's delays are a place's."""
+    job_config = JobConfig(workers=4, rounds=6, seed=7, data=SYNTH)
+    for order, slow_place in (([0, 1, 2, 3], 2), ([2, 0, 1, 3], 0)):
+        await _connect(coordinator, worker_processes, order, slow={2: 0.5})
+        job = coordinator.service.submit(job_config)
+        await _finished(job)
+        assert job.state == "done", job.error
+        assert job.places.holders[slow_place].name == "m2-0"
+        # Uncoded waits for every worker: each round's response times are all recorded.
+        for record in job.records:
+            times = record.response_seconds
+            assert times[slow_place] >= 0.5, (order, record.round, times)
+            assert max(times, key=lambda w: times[w]) == slow_place, (order, times)
+        worker_processes.stop()
+        await wait_for(lambda: len(coordinator.service.sessions) == 0, timeout=60)
