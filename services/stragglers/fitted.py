@@ -480,6 +480,20 @@ def observe(
             excess[i, w] = max(at - mean_compute, 0.0)
             censored[i, w] = True
     missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
+    if (
+        missing
+        and any(r.ready_seconds for r in timed)
+        and not any(r.left_out_seconds for r in timed)
+    ):
+        # A ring, or a tree that left no one out: each worker sends its own times with
+        # its message; these sent none.
+        raise ConfigError(
+            f"workers {missing} of the job's {n_workers} sent no own times in any of the "
+            f"{len(timed)} rounds (WorkerTiming, with their messages: see the .proto), as a "
+            "worker of another implementation or of a version before 2026-11-30 may not: "
+            "their delays are unknown. Tune from a star run on the same pool: a probe "
+            "(--probe JOB.toml) or a run of uncoded"
+        )
     if missing and any(r.ready_seconds for r in timed):
         raise ConfigError(
             f"workers {missing} of the job's {n_workers} were timed in none of the "
