@@ -106,10 +106,14 @@ def test_a_target_no_candidate_could_miss_or_reach_is_refused(run_dir: Path) -> 
 
 
 def test_a_job_whose_target_its_model_cannot_reach_is_refused(tmp_path: Path) -> None:
-    done = _cli(*SOURCE, "--target-loss", "-1", cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert "job.target_loss = -1 is below 0, but the logistic objective" in done.stderr
-    assert "Traceback" not in done.stderr
+    # On the simulator, and by `codedgd run` before any worker starts: no job is queued.
+    run = ["run", "-n", "2", "-r", "5", "--data-opt", "rows=100", "-o", "r.json"]
+    for args in (SOURCE, run):
+        done = _cli(*args, "--target-loss", "-1", cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert "job.target_loss = -1 is below 0, but the logistic objective" in done.stderr
+        assert "failed" not in done.stderr  # refused up front, not "job <id> failed: ..."
+        assert "Traceback" not in done.stderr
 
 
 def test_a_failed_run_is_named_and_no_advice_is_drawn_from_its_missing_round(

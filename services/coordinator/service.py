@@ -501,7 +501,7 @@ def _no_job(job_id: str) -> str:
 
 def _validate(config: JobConfig, data_dir: str | None) -> None:
     """Checks that need no data: names, parameters, the plan for n (fast; raises ConfigError)."""
-    from codedgd.services.models import create_model
+    from codedgd.services.models import check_target_loss, create_model
     from codedgd.services.policies import create
     from codedgd.services.stragglers import create_straggler_model
 
@@ -532,6 +532,8 @@ def _validate(config: JobConfig, data_dir: str | None) -> None:
     if owners is not None:
         check_owner_partitions(config.data.name, owners, k)
     model = create_model(config.model.name, config.model.options)
+    if config.target_loss is not None:
+        check_target_loss(config.model.name, config.target_loss, "job.target_loss")
     task = dataset_task(config.data.name, config.data.options)
     if model.metric_name == "auc" and task == "regression":
         raise ConfigError(
