@@ -422,25 +422,32 @@ def test_it_keeps_its_data_where_moving_costs_more_than_it_saves(tmp_path: Path)
     assert all(r.wait_seconds > 2.0 for r in records)
 
 
+def _on_trace(
+    path: Path, rows: list[list[float]], policy: Component | None = None
+) -> tuple[JobConfig, CostModel, Any]:
+    """A job of 8 workers, one round per row of delays ``rows`` (written to ``path`` as a
+    trace), simulated: its config, cost model and run."""
+    path.write_text(json.dumps({"delays": rows}))
+    config = JobConfig(
+        workers=8,
+        rounds=len(rows),
+        seed=3,
+        data=Component("synthetic", {"rows": 1600, "dim": 20}),
+        policy=policy or Component("uncoded"),
+        stragglers=Component("trace", {"path": str(path)}),
+    )
+    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
+    return config, cost, simulate(config, cost)
+
+
 def _slow_one_in_pairs(tmp_path: Path, auto: dict[str, object]) -> tuple[Lookahead, Any]:
     """Ten rounds of frc s=1 (pairs) on 8 workers where worker 0 is 2 s late every round:
     its partner always answers first, so its delay is never seen (in the other pairs the
     faster of the two alternates, so all of them are). The look-ahead of an auto job of
     ``auto`` options on that pool, and the run."""
-    trace = tmp_path / "slow-one.json"
     pairs = [[0.01, 0.013, 0.011, 0.015, 0.012, 0.017], [0.013, 0.01, 0.015, 0.011, 0.017, 0.012]]
     rows = [[2.0, 0.02, *pairs[t % 2]] for t in range(10)]
-    trace.write_text(json.dumps({"delays": rows}))
-    config = JobConfig(
-        workers=8,
-        rounds=10,
-        seed=3,
-        data=Component("synthetic", {"rows": 1600, "dim": 20}),
-        policy=Component("frc", {"s": 1}),
-        stragglers=Component("trace", {"path": str(trace)}),
-    )
-    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
-    run = simulate(config, cost)
+    config, cost, run = _on_trace(tmp_path / "slow-one.json", rows, Component("frc", {"s": 1}))
     assert all(0 not in r.response_seconds for r in run.records)  # always cancelled
     job = config.replace(policy=Component("auto", {"r": 2, "choices": "8", **auto}), rounds=40)
     return Lookahead(job, prepare(job, None), cost), run
@@ -598,21 +605,11 @@ def _replaced_at_round_8(tmp_path: Path) -> tuple[Lookahead, Any]:
     rounds 0-7, and the one that replaced it is typical in rounds 8-9 (every worker is
     waited for, so all are heard). The look-ahead of an auto job that may keep single
     workers or move to pairs, and the run."""
-    trace = tmp_path / "replaced.json"
     typical = [0.01 + 0.002 * ((w + t) % 4) for t in range(10) for w in range(8)]
     rows = [
         [(2.0 if w == 0 and t < 8 else typical[8 * t + w]) for w in range(8)] for t in range(10)
     ]
-    trace.write_text(json.dumps({"delays": rows}))
-    config = JobConfig(
-        workers=8,
-        rounds=10,
-        seed=3,
-        data=Component("synthetic", {"rows": 1600, "dim": 20}),
-        stragglers=Component("trace", {"path": str(trace)}),
-    )
-    cost = CostModel(seconds_per_sample=0.05 / 160, seconds_per_partition=0.0, decode_seconds=1e-4)
-    run = simulate(config, cost)
+    config, cost, run = _on_trace(tmp_path / "replaced.json", rows)
     assert all(len(r.response_seconds) == 8 for r in run.records)
     job = config.replace(
         policy=Component("auto", {"r": 1, "sizes": "1,2", "choices": "8", "lazy": "none"}),
