@@ -17,11 +17,15 @@ straggler model's follows the place). Steps, all through the CLI a user runs:
    now other machines'), ``no prior`` (neither), and uncoded. The target is the loss
    uncoded reaches in ``--rounds`` rounds on the reconnected pool.
 
-Reported: each variant's median time to the target, and its ratio to ``by machine``.
+Reported: each variant's median time to the target, its ratio to ``by machine``, and
+per run auto's switches and how many of its decisions refitted the delays (the
+coordinator's ``-vv`` log: a decision over rounds that timed no worker, as lazy rounds
+that ask no group, keeps the rule without a refit).
 Wall-clock times on this shared 2-core machine: run it alone.
 
     python -m bench.bench_prior_by_machine
     python -m bench.bench_prior_by_machine --lr 0.1 --rounds 600 --repeats 5
+    python -m bench.bench_prior_by_machine --lr 0.1 --rounds 600 --repeats 5 --param lazy=none
 """
 
 from __future__ import annotations
@@ -62,21 +66,32 @@ class Pool:
         self.address = f"127.0.0.1:{_free_port()}"
         self.where = where
         self.log = (where / "coordinator.log").open("w")
+        # -vv: auto's every decision, with its reason, is in the log (decisions()).
         self.coordinator = subprocess.Popen(
-            [*CLI, "coordinator", "--listen", self.address],
+            [*CLI, "coordinator", "--listen", self.address, "-vv"],
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
         self.workers: list[subprocess.Popen[bytes]] = []
         self._wait_for(0)
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [*CLI, *args], capture_output=True, text=True, timeout=1800, cwd=self.where
         )
-        if done.returncode not in (0, 1):
+        if done.returncode not in ok:
             raise SystemExit(f"codedgd {' '.join(args)}:\n{done.stderr}")
         return done
+
+    def decisions(self, since: int) -> tuple[int, int, int]:
+        """auto's decisions logged after byte ``since`` of the coordinator's log: (all,
+        those that refitted the delays, the log's end)."""
+        self.log.flush()
+        text = Path(self.log.name).read_bytes()
+        lines = text[since:].decode(errors="replace").splitlines()
+        made = [line for line in lines if "the look-ahead from round" in line]
+        refitted = [line for line in made if ": no refit" not in line]
+        return len(made), len(refitted), len(text)
 
     def connected(self) -> list[str]:
         done = subprocess.run(
@@ -148,9 +163,11 @@ def time_to(path: Path, target: float) -> tuple[float, int]:
     return (float(hit["wall_seconds"]) if hit else math.inf), switches
 
 
-def variant(written: dict[str, Any], drop: tuple[str, ...]) -> list[str]:
-    """The flags of auto as tune wrote it, with the options ``drop`` left out."""
-    policy = written["policy"]
+def variant(written: dict[str, Any], drop: tuple[str, ...], given: list[str]) -> list[str]:
+    """The flags of auto as tune wrote it, with the options ``drop`` left out and the
+    options ``given`` (KEY=VALUE) set."""
+    policy = dict(written["policy"])
+    policy.update(item.split("=", 1) for item in given)
     kept = [f"--param={k}={v}" for k, v in policy.items() if k != "name" and k not in drop]
     return ["--policy", str(policy["name"]), *kept]
 
@@ -166,6 +183,13 @@ def main() -> None:
     p.add_argument("--source-rounds", type=int, default=60)
     p.add_argument("--rounds", type=int, default=150, help="uncoded's rounds: the target")
     p.add_argument("--lr", default="0.5", help="the job's step size (smaller: longer jobs)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of every auto variant, over tune's (e.g. lazy=none: eager rules only)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     slow = set(a.slow)
@@ -180,7 +204,7 @@ def main() -> None:
                 "submit", "--coordinator", pool.address, *job, "-r", str(a.source_rounds),
                 "-o", "source.json",
             )  # fmt: skip
-            tuned = pool.cli("tune", "source.json", "--write-auto", "auto.toml")
+            tuned = pool.cli("tune", "source.json", "--write-auto", "auto.toml", ok=(0, 1))
             print(tuned.stdout.strip().splitlines()[-1], file=sys.stderr)
             written = tomllib.loads((where / "auto.toml").read_text())
             options = written["policy"]
@@ -201,25 +225,30 @@ def main() -> None:
             rounds = json.loads((where / "uncoded-target.json").read_text())["rounds"]
             target = float(rounds[-1]["loss"])
             flags = {
-                "by machine": variant(written, ()),
-                "by place": variant(written, ("prior_names",)),
-                "no prior": variant(written, ("prior", "prior_names")),
+                "by machine": variant(written, (), a.param),
+                "by place": variant(written, ("prior_names",), a.param),
+                "no prior": variant(written, ("prior", "prior_names"), a.param),
                 "uncoded": ["--policy", "uncoded"],
             }
             times: dict[str, list[float]] = {label: [] for label in flags}
             switches: dict[str, list[int]] = {label: [] for label in flags}
+            made: dict[str, list[tuple[int, int]]] = {label: [] for label in flags}
             for i in range(a.repeats):
                 for label, policy in flags.items():
                     out = f"{label.replace(' ', '-')}.{i}.json"
+                    _, _, mark = pool.decisions(0)
                     pool.cli(
                         "submit", "--coordinator", pool.address, *policy, *job,
                         "-r", str(2 * a.rounds), "--target-loss", repr(target), "-o", out,
                     )  # fmt: skip
                     seconds, switched = time_to(where / out, target)
+                    decided, refitted, _ = pool.decisions(mark)
+                    made[label].append((decided, refitted))
                     times[label].append(seconds)
                     switches[label].append(switched)
                     print(
-                        f"  {label}: {seconds:.3f} s, {switched} switches",
+                        f"  {label}: {seconds:.3f} s, {switched} switches, {refitted} of "
+                        f"{decided} decisions refitted",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -232,11 +261,13 @@ def main() -> None:
         f"in reverse order; target loss {target:.6g} (uncoded's in {a.rounds} rounds); "
         f"medians of {a.repeats} runs"
     )
-    print("| variant | time to target (s) | / by machine | auto's switches |")
-    print("|---|---:|---:|---|")
+    print(f"auto's options over tune's: {' '.join(a.param) or 'none'}")
+    print("| variant | time to target (s) | / by machine | switches | decisions refitted |")
+    print("|---|---:|---:|---|---|")
     for label, m in medians.items():
         shown = ", ".join(map(str, switches[label])) if label != "uncoded" else ""
-        print(f"| {label} | {m:.3f} | {m / base:.2f} | {shown} |")
+        refits = ", ".join(f"{r}/{d}" for d, r in made[label]) if label != "uncoded" else ""
+        print(f"| {label} | {m:.3f} | {m / base:.2f} | {shown} | {refits} |")
     print(f"({time.time() - started:.0f} s)", file=sys.stderr)
 
 

@@ -1211,16 +1211,18 @@ def test_a_topology_runs_timings_are_the_workers_own_and_put_the_network_on_the_
     assert np.isnan(obs.excess[2, 2])  # an inner node left out: no bound on its own time
     assert obs.excess[3, 2] == 0.5 and obs.censored[3, 2]  # a leaf left out: censored
     assert obs.censored.sum() == 1
-    # A worker never timed: a codedreduce parent left it out with no bound (an inner
-    # node), or (nobody ever left out) it sent no own times at all, as a worker of
-    # another implementation may not.
+    # A worker never timed: never used either, an inner node a codedreduce parent left
+    # out (no bound on its own time); used, it sent no own times with its message, as a
+    # worker of another implementation may not.
     never = [
-        dataclasses.replace(r, ready_seconds={0: 0.5, 1: 0.5}, left_out_seconds={}) for r in rounds
+        dataclasses.replace(
+            r, ready_seconds={0: 0.5, 1: 0.5}, left_out_seconds={}, workers_used=(0, 1)
+        )
+        for r in rounds
     ]
-    never[3] = dataclasses.replace(never[3], left_out_seconds={0: 0.625})  # (a bound, unused)
     with pytest.raises(ConfigError, match=r"workers \[2\] .* timed in none of the 6 rounds"):
         observe(never, 3)
-    untimed = [dataclasses.replace(r, left_out_seconds={}) for r in never]
+    untimed = [dataclasses.replace(r, workers_used=(0, 1, 2)) for r in never]
     with pytest.raises(ConfigError, match=r"workers \[2\] .* sent no own times in any of the 6"):
         observe(untimed, 3)
     for field, what in (("ready_seconds", "has timings of"), ("left_out_seconds", "left out")):

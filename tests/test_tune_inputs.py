@@ -103,6 +103,29 @@ def test_a_target_no_candidate_could_miss_or_reach_is_refused(run_dir: Path) -> 
         "the target of --target-gap 1000 is",
         "Give a smaller --target-gap",
     )
+    # With a probe, before the probe runs (no coordinator listens here: refused first,
+    # not after failing to reach one).
+    (run_dir / "probe.toml").write_text('[job]\nworkers = 4\n[model]\nname = "logistic"\n')
+    _refused(
+        _cli(
+            "tune", "--probe", "probe.toml", "--coordinator", "127.0.0.1:9",
+            "--target-loss", "-0.1", cwd=run_dir,
+        ),
+        "--target-loss = -0.1 is below 0",
+    )  # fmt: skip
+
+
+def test_a_run_that_made_no_progress_is_named_when_no_target_is_given(tmp_path: Path) -> None:
+    # A step far too small to move the loss: its last value is no target to rank by.
+    done = _cli(*SOURCE, "--lr", "1e-18", "-o", "flat.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    losses = [r["loss"] for r in json.loads((tmp_path / "flat.json").read_text())["rounds"]]
+    assert losses[-1] >= losses[0]
+    _refused(
+        _cli("tune", "flat.json", cwd=tmp_path),
+        "the run's last loss (the target when none is given)",
+        "The run made no progress: give --target-loss, or tune from a run that did",
+    )
 
 
 def test_a_job_whose_target_its_model_cannot_reach_is_refused(tmp_path: Path) -> None:

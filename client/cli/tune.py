@@ -270,6 +270,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     steps = step_sizes(args.lr or [])  # (a typo named now, not after the probe)
     if args.probe is not None:
+        _check_probe_target(args)  # (an unreachable target named before the probe runs)
         args.results = _probe(args)
     job_doc, summary, records = read_result_file(args.results)  # (read before the links)
     fitted_link = _probe_links(args) if args.probe_links else None
@@ -327,22 +328,27 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "--round-timeout, or a probe: --probe JOB.toml)"
         ) from None
     target = args.target_loss
+    what, fix = "--target-loss", "give a lower --target-loss"
     optimal = None
     if args.target_gap is not None:
         from codedgd.services.job.optimum import job_optimum
 
         optimal = job_optimum(source, args.data_dir)
         target = optimal.target(args.target_gap)
-    if target is None:
+        what, fix = f"the target of --target-gap {args.target_gap:g}", "give a smaller --target-gap"
+    if target is None and job.target_loss is not None:
         target = job.target_loss
+        what = f"the job's target_loss ({args.probe or args.results})"
     if target is None:
         losses = [r.loss for r in records if math.isfinite(r.loss)]
         if not losses:
             raise ConfigError(f"{args.results} records no loss: give --target-loss")
         target = losses[-1]
+        what = "the run's last loss (the target when none is given)"
+        fix = "the run made no progress: give --target-loss, or tune from a run that did"
     if not math.isfinite(target):
         raise ConfigError(f"--target-loss must be a finite number, got {target!r}")
-    _check_target(args, job, records, target)
+    _check_target(job, records, target, what, fix)
     rounds = args.rounds or max(2 * len(records), job.rounds if args.probe else 1)
     slowness = obs.slowness()  # compute and persistent delay, at the run's load
     load_slowness = obs.load_slowness()  # what of it grows with load: what the replay scales
@@ -777,27 +783,35 @@ def _bar(args: argparse.Namespace) -> _Progress:
     return _Progress(tqdm(desc="tune", unit="sim", file=sys.stderr, leave=False))
 
 
-def _check_target(
-    args: argparse.Namespace, job: JobConfig, records: list[RoundRecord], target: float
-) -> None:
-    """Refuse a target no candidate could miss or reach: below what the model's objective
-    can be, or at or above the loss the run had after its first round (every candidate
-    would reach it at once, and the search rank one round's time)."""
+def _check_probe_target(args: argparse.Namespace) -> None:
+    """With --probe: a target its job's model can never reach, refused before the probe."""
+    from codedgd.services.job import JobConfig
     from codedgd.services.models import check_target_loss
 
+    planned = JobConfig.from_toml(args.probe)
     if args.target_loss is not None:
-        what, fix = "--target-loss", "a lower --target-loss"
-    elif args.target_gap is not None:
-        what, fix = f"the target of --target-gap {args.target_gap:g}", "a smaller --target-gap"
-    else:
-        what, fix = f"the run's target loss ({args.results})", "a lower --target-loss"
+        check_target_loss(planned.model.name, args.target_loss, "--target-loss")
+    elif args.target_gap is None and planned.target_loss is not None:
+        what = f"the job's target_loss ({args.probe})"
+        check_target_loss(planned.model.name, planned.target_loss, what)
+
+
+def _check_target(
+    job: JobConfig, records: list[RoundRecord], target: float, what: str, fix: str
+) -> None:
+    """Refuse a target (``what``) no candidate could miss or reach: below what the model's
+    objective can be, or at or above the loss the run had after its first round (every
+    candidate would reach it within a round or so, and the search would rank nothing
+    else). ``fix`` says what to do instead."""
+    from codedgd.services.models import check_target_loss
+
     check_target_loss(job.model.name, target, what)
     first = next((r for r in records if math.isfinite(r.loss)), None)
     if first is not None and target >= first.loss:
         raise ConfigError(
             f"{what} is {target:.6g}, at or above the loss the run had after round "
-            f"{first.round} ({first.loss:.6g}): every candidate would reach it at once, and "
-            f"the search rank one round's time. Give {fix}"
+            f"{first.round} ({first.loss:.6g}): every candidate would reach it within a "
+            f"round or so, and the search would rank nothing else. {fix[0].upper()}{fix[1:]}"
         )
 
 

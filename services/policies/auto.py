@@ -476,16 +476,19 @@ class Auto(ErasureHead):
     def bind(self, context: JobContext) -> None:
         """The job's data: lazy rounds become possible (they need its smoothness
         constants), and with ``start=lazy`` the job starts in them (an unbound policy
-        starts exact). A ``first`` past the job's last round is warned about: auto
-        will never decide, and runs its start rule throughout."""
-        if context.rounds is not None and self.first >= context.rounds:
+        starts exact). A ``first`` at or past the job's last round is warned about:
+        auto will change nothing, and runs its start rule throughout."""
+        if context.rounds is not None and self.first >= context.rounds - 1:
+            # (A decision at the last round would settle after it on the coordinator.)
             log.warning(
-                "auto: first = %d is past the job's last round (rounds = %d, numbered from "
-                "0): auto will never decide and runs its start rule throughout. Give first "
-                "< %d for it to adapt (or keep it so, to measure the start rule alone)",
+                "auto: first = %d is at or past the job's last round (%d: rounds = %d, "
+                "numbered from 0): auto will change nothing and runs its start rule "
+                "throughout. Give first < %d for it to adapt (or keep it so, to measure the "
+                "start rule alone)",
                 self.first,
+                context.rounds - 1,
                 context.rounds,
-                context.rounds,
+                context.rounds - 1,
             )
         self._context = context
         self._memory = self._lazy_rounds(None)

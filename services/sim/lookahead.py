@@ -539,7 +539,10 @@ class Lookahead:
             old = self._old_holders(records)
             seen = seen.without(old)
             self._remember(seen)
-            obs = seen.typical_before(old, self.known).informed(self._history, self._bounds)
+            # (A newcomer's prior bounds the rounds before it only until it answers: from
+            # then on its own delays speak for it.)
+            standing = {w for w in self.known if self._heard[w] != self.decisions}
+            obs = seen.typical_before(old, standing).informed(self._history, self._bounds)
             # The family is fitted to what these rounds saw (not to the values informed
             # from earlier ones, which are guesses, not delays), and a censored value is
             # drawn from the better-fitting family's tail beyond its bound, as tune draws

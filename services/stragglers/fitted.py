@@ -480,15 +480,14 @@ def observe(
             excess[i, w] = max(at - mean_compute, 0.0)
             censored[i, w] = True
     missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
-    if (
-        missing
-        and any(r.ready_seconds for r in timed)
-        and not any(r.left_out_seconds for r in timed)
-    ):
-        # A ring, or a tree that left no one out: each worker sends its own times with
-        # its message; these sent none.
+    used = {w for r in timed for w in r.workers_used}
+    untimed = [w for w in missing if w in used]
+    if untimed and any(r.ready_seconds for r in timed):
+        # Their messages were summed in, so they took part: each worker sends its own
+        # times with its message, and these sent none. (One never used is an inner node
+        # a codedreduce parent left out: below.)
         raise ConfigError(
-            f"workers {missing} of the job's {n_workers} sent no own times in any of the "
+            f"workers {untimed} of the job's {n_workers} sent no own times in any of the "
             f"{len(timed)} rounds (WorkerTiming, with their messages: see the .proto), as a "
             "worker of another implementation or of a version before 2026-11-30 may not: "
             "their delays are unknown. Tune from a star run on the same pool: a probe "

@@ -267,19 +267,20 @@ def test_bad_options_are_refused() -> None:
 def test_a_first_decision_past_the_jobs_last_round_is_warned_about(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Rounds are numbered 0..rounds-1: with first = rounds auto never decides. (Kept, not
+    # Rounds are numbered 0..rounds-1: with first >= rounds-1 auto changes nothing. (Kept, not
     # refused: it is how to measure the start rule alone, bookkeeping and all.)
     def bound(first: int, rounds: int) -> None:
         policy = create("auto", {"first": first, "lazy": "none"})
         policy.plan(8, 8)
         policy.bind(JobContext(n_rows=80, step_size=0.1, smoothness=lambda p: 1.0, rounds=rounds))
 
+    # A decision at the last round would settle after it on the coordinator.
     with caplog.at_level(logging.WARNING, logger="codedgd.services.policies.auto"):
-        bound(first=9, rounds=10)
+        bound(first=8, rounds=10)
         assert not caplog.records
-        bound(first=10, rounds=10)
-    assert "first = 10 is past the job's last round (rounds = 10" in caplog.text
-    assert "auto will never decide" in caplog.text
+        bound(first=9, rounds=10)
+    assert "first = 9 is at or past the job's last round (9: rounds = 10" in caplog.text
+    assert "auto will change nothing" in caplog.text
     # As a user meets it: the simulator says so, and runs without a decision.
     config = JobConfig(
         workers=4,
@@ -290,7 +291,7 @@ def test_a_first_decision_past_the_jobs_last_round_is_warned_about(
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="codedgd.services.policies.auto"):
         records = simulate(config, CostModel()).records
-    assert "Give first < 30 for it to adapt" in caplog.text
+    assert "Give first < 29 for it to adapt" in caplog.text
     assert len(records) == 30 and not any(r.note for r in records)
 
 
