@@ -262,12 +262,16 @@ def main() -> None:
         f"medians of {a.repeats} runs"
     )
     print(f"auto's options over tune's: {' '.join(a.param) or 'none'}")
-    print("| variant | time to target (s) | / by machine | switches | decisions refitted |")
-    print("|---|---:|---:|---|---|")
+    print(
+        "| variant | time to target (s) | range (s) | / by machine | switches | "
+        "decisions refitted |"
+    )
+    print("|---|---:|---:|---:|---|---|")
     for label, m in medians.items():
         shown = ", ".join(map(str, switches[label])) if label != "uncoded" else ""
         refits = ", ".join(f"{r}/{d}" for d, r in made[label]) if label != "uncoded" else ""
-        print(f"| {label} | {m:.3f} | {m / base:.2f} | {shown} | {refits} |")
+        span = f"{min(times[label]):.3f}-{max(times[label]):.3f}"
+        print(f"| {label} | {m:.3f} | {span} | {m / base:.2f} | {shown} | {refits} |")
     print(f"({time.time() - started:.0f} s)", file=sys.stderr)
 
 
