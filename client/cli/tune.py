@@ -345,7 +345,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise ConfigError(f"{args.results} records no loss: give --target-loss")
         target = losses[-1]
         what = "the run's last loss (the target when none is given)"
-        fix = "the run made no progress: give --target-loss, or tune from a run that did"
+        fix = ""  # (refused: the run made no progress)
     if not math.isfinite(target):
         raise ConfigError(f"--target-loss must be a finite number, got {target!r}")
     _check_target(job, records, target, what, fix)
@@ -799,20 +799,32 @@ def _check_probe_target(args: argparse.Namespace) -> None:
 def _check_target(
     job: JobConfig, records: list[RoundRecord], target: float, what: str, fix: str
 ) -> None:
-    """Refuse a target (``what``) no candidate could miss or reach: below what the model's
-    objective can be, or at or above the loss the run had after its first round (every
-    candidate would reach it within a round or so, and the search would rank nothing
-    else). ``fix`` says what to do instead."""
+    """A target (``what``) below what the model's objective can be is refused. One at or
+    above the loss the run had after its first round is reached by every candidate
+    within a few rounds, so the ranking says little beyond whose rounds are fastest: a
+    stated target is kept with a note naming ``fix``; the run's own last loss (no target
+    stated, ``fix`` empty) there means the run made no progress, and is refused."""
     from codedgd.services.models import check_target_loss
 
     check_target_loss(job.model.name, target, what)
     first = next((r for r in records if math.isfinite(r.loss)), None)
-    if first is not None and target >= first.loss:
+    if first is None or target < first.loss:
+        return
+    where = (
+        f"{what} is {target:.6g}, at or above the loss the run had after round "
+        f"{first.round} ({first.loss:.6g})"
+    )
+    if not fix:
         raise ConfigError(
-            f"{what} is {target:.6g}, at or above the loss the run had after round "
-            f"{first.round} ({first.loss:.6g}): every candidate would reach it within a "
-            f"round or so, and the search would rank nothing else. {fix[0].upper()}{fix[1:]}"
+            f"{where}: the run made no progress, and its loss is no target. Give "
+            "--target-loss, or tune from a run that made progress"
         )
+    print(
+        f"codedgd tune: note: {where}: every candidate reaches it within a few rounds, and "
+        f"the ranking says little beyond whose rounds are fastest ({fix} to rank the "
+        "descent)",
+        file=sys.stderr,
+    )
 
 
 def _figure(fit: Any, path: Path) -> None:
