@@ -26,15 +26,16 @@ async def _connect(
     workers: WorkerProcesses,
     order: list[int],
     slow: dict[int, float] | None = None,
+    flags: tuple[str, ...] = (),
 ) -> None:
     """Workers m<k>-0 for k in ``order``, each connected before the next starts: places
     are given in the order workers connected. m<k> of ``slow`` waits that many seconds
-    more every round (``--extra-delay``)."""
+    more every round (``--extra-delay``); ``flags`` go to every worker."""
     sessions = coordinator.service.sessions
     for k in order:
         before = len(sessions)
         extra = ("--extra-delay", str(slow[k])) if slow and k in slow else ()
-        workers.start(coordinator.port, 1, name=f"m{k}-", extra=extra)
+        workers.start(coordinator.port, 1, name=f"m{k}-", extra=(*extra, *flags))
         await wait_for(lambda: len(sessions) > before, timeout=60)  # noqa: B023 - awaited here
 
 
@@ -91,21 +92,25 @@ async def test_tune_names_the_prior_s_machines_and_auto_gives_each_place_its_hol
     ]
 
 
+@pytest.mark.parametrize("policy", ["uncoded", "ring-allreduce"])
 async def test_a_machine_s_extra_delay_follows_it_to_whichever_place_it_holds(
-    coordinator: CoordinatorServer, worker_processes: WorkerProcesses
+    coordinator: CoordinatorServer, worker_processes: WorkerProcesses, policy: str
 ) -> None:
     """The instrument the prior by machine is measured with (bench_prior_by_machine): a
-    worker's --extra-delay is its own, where a straggler model's delays are a place's."""
-    job_config = JobConfig(workers=4, rounds=6, seed=7, data=SYNTH)
+    worker's --extra-delay is its own, where a straggler model's delays are a place's;
+    in a star's rounds and a ring's."""
+    job_config = JobConfig(workers=4, rounds=6, seed=7, data=SYNTH, policy=Component(policy))
+    peers = ("--peer-listen", "127.0.0.1:0") if policy != "uncoded" else ()
     for order, slow_place in (([0, 1, 2, 3], 2), ([2, 0, 1, 3], 0)):
-        await _connect(coordinator, worker_processes, order, slow={2: 0.5})
+        await _connect(coordinator, worker_processes, order, slow={2: 0.5}, flags=peers)
         job = coordinator.service.submit(job_config)
         await _finished(job)
         assert job.state == "done", job.error
         assert job.places.holders[slow_place].name == "m2-0"
-        # Uncoded waits for every worker: each round's response times are all recorded.
+        # Every worker is waited for: each round records every one's time (a star's
+        # arrivals; a ring's workers' own times, from their WorkerTiming).
         for record in job.records:
-            times = record.response_seconds
+            times = record.response_seconds if policy == "uncoded" else record.ready_seconds
             assert times[slow_place] >= 0.5, (order, record.round, times)
             assert max(times, key=lambda w: times[w]) == slow_place, (order, times)
         worker_processes.stop()
