@@ -155,12 +155,14 @@ class Pool:
         self.log.close()
 
 
-def time_to(path: Path, target: float) -> tuple[float, int]:
-    """A run's time to ``target`` (inf: missed) and how many times auto switched."""
+def time_to(path: Path, target: float) -> tuple[float, list[str]]:
+    """A run's time to ``target`` (inf: missed) and auto's switches (round: note)."""
     rounds = json.loads(path.read_text())["rounds"]
     hit = next((r for r in rounds if r["loss"] is not None and r["loss"] <= target), None)
-    switches = sum(1 for r in rounds if (r.get("note") or "").startswith("auto:"))
-    return (float(hit["wall_seconds"]) if hit else math.inf), switches
+    notes = [
+        f"{r['round']}: {r['note']}" for r in rounds if (r.get("note") or "").startswith("auto:")
+    ]
+    return (float(hit["wall_seconds"]) if hit else math.inf), notes
 
 
 def variant(written: dict[str, Any], drop: tuple[str, ...], given: list[str]) -> list[str]:
@@ -241,17 +243,19 @@ def main() -> None:
                         "submit", "--coordinator", pool.address, *policy, *job,
                         "-r", str(2 * a.rounds), "--target-loss", repr(target), "-o", out,
                     )  # fmt: skip
-                    seconds, switched = time_to(where / out, target)
+                    seconds, notes = time_to(where / out, target)
                     decided, refitted, _ = pool.decisions(mark)
                     made[label].append((decided, refitted))
                     times[label].append(seconds)
-                    switches[label].append(switched)
+                    switches[label].append(len(notes))
                     print(
-                        f"  {label}: {seconds:.3f} s, {switched} switches, {refitted} of "
+                        f"  {label}: {seconds:.3f} s, {len(notes)} switches, {refitted} of "
                         f"{decided} decisions refitted",
                         file=sys.stderr,
                         flush=True,
                     )
+                    for note in notes:  # (each switch: the round, the rule, the gain)
+                        print(f"    round {note[:150]}", file=sys.stderr)
         finally:
             pool.close()
     medians = {label: statistics.median(t) for label, t in times.items()}
