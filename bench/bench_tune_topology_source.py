@@ -4,8 +4,9 @@ A ring's or tree's run records each worker's own time from θ to its message
 (``ready_seconds``), not arrivals at the coordinator; tune fits those and charges every
 candidate the stated links. This bench checks that such a source leads where a star
 source does. For each scenario of bench_tune (n = 12 by default: a tree of fanout 3 and
-2 levels; ``--n`` another size with a full tree, its sources' tree the one of fewest
-levels from 2 up: n = 30 is fanout 5, 2 levels),
+2 levels; ``--n`` another size with a tree of 2 levels or more, its sources' tree the
+regular one of fewest levels where there is one: n = 30 is fanout 5, 2 levels; else
+the one whose coordinator has most children: n = 16 is 4 × (1 + 3)),
 the same cluster (delays and the links of bench_tune's cost model: 1 ms, 1 GB/s) runs
 one source job of each kind for ``--source-rounds`` rounds: uncoded (the star), tree
 (s = 0: every worker's time reaches the coordinator), codedreduce (s = 1: a parent
@@ -32,26 +33,29 @@ from typing import Any
 import numpy as np
 
 from bench.bench_tune import SCENARIOS, cost_for
+from codedgd.services.codes.tree import shapes
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.sim.engines import simulate
 from codedgd.services.stragglers import create_straggler_model
 from codedgd.services.tuning import Link, fit_delays, observe, search
-from codedgd.services.tuning.search import TOPOLOGIES, tree_shapes
+from codedgd.services.tuning.search import TOPOLOGIES, tree_options
 
 SOURCE_NAMES = ("uncoded", "tree", "codedreduce", "ring-allreduce")
 
 
 def sources(n: int) -> dict[str, Component]:
     """The source runs at n: the star, the tree (s = 0) and codedreduce (s = 1) on the
-    full tree of n of fewest levels from 2 up, and the ring."""
-    shapes = sorted(tree_shapes(n), key=lambda shape: (shape[1] < 2, shape[1]))
-    if not shapes or shapes[0][1] < 2:
-        raise SystemExit(f"--n {n}: no full tree of 2 levels or more has n workers (12, 20, 30)")
-    fanout, levels = shapes[0]
+    tree of n workers of two or more levels, the regular one of fewest levels where
+    there is one (12: fanout 3, 2 levels), else the one whose coordinator has the most
+    children (16: 4 × (1 + 3)), and the ring."""
+    deep = [shape for shape in shapes(n) if shape[2] >= 2]
+    if not deep:
+        raise SystemExit(f"--n {n}: no tree of 2 levels or more has n workers")
+    options = tree_options(min(deep, key=lambda shape: (shape[0] != shape[1], shape[2])))
     return {
         "uncoded": Component("uncoded", {}),
-        "tree": Component("tree", {"fanout": fanout, "levels": levels}),
-        "codedreduce": Component("codedreduce", {"fanout": fanout, "levels": levels, "s": 1}),
+        "tree": Component("tree", options),
+        "codedreduce": Component("codedreduce", {**options, "s": 1}),
         "ring-allreduce": Component("ring-allreduce", {}),
     }
 
@@ -144,7 +148,12 @@ def main() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
-    p.add_argument("--n", type=int, default=12, help="workers (a full tree: 12, 20, 30, ...)")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=12,
+        help="workers (any n with a tree of 2 levels or more: 8, 12, 16, 64, ...)",
+    )
     p.add_argument("--source", action="append", choices=list(SOURCE_NAMES))
     p.add_argument("--source-rounds", type=int, default=100)
     p.add_argument("--rounds", type=int, default=250, help="most rounds a candidate may take")

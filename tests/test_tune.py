@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from codedgd.services.codes.tree import TreeShape, shapes
 from codedgd.services.errors import ConfigError, JobFailed
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import prepare
@@ -43,7 +44,6 @@ from codedgd.services.tuning import (
     redraw,
     search,
     step_sizes,
-    tree_shapes,
 )
 
 
@@ -745,18 +745,33 @@ def test_a_mini_batch_source_is_costed_on_the_rows_its_rounds_used() -> None:
     assert 0.01 <= uncoded.round_seconds[0] <= 0.0145
 
 
-def test_tree_shapes_are_every_full_tree_of_n_workers() -> None:
-    assert tree_shapes(12) == [(3, 2), (12, 1)]
-    assert tree_shapes(14) == [(2, 3), (14, 1)]
-    assert tree_shapes(8) == [(8, 1)]
+def test_the_search_tries_every_tree_of_n_workers_with_a_root_fanout_where_it_differs() -> None:
+    """(root m₀, fanout m, levels): n = m₀·(1 + m + … + m^(L−1)), m₀ and m >= 2."""
+    assert shapes(12) == [(12, 12, 1), (4, 2, 2), (3, 3, 2), (2, 5, 2)]
+    assert shapes(14) == [(14, 14, 1), (2, 6, 2), (2, 2, 3)]  # 2 + 4 + 8: regular
+    assert shapes(64) == [(64, 64, 1), (16, 3, 2), (8, 7, 2), (4, 15, 2), (2, 31, 2)]
+    assert shapes(7) == [(7, 7, 1)]
+    every: dict[int, set[tuple[int, int, int]]] = {}
+    for root in range(2, 100):
+        for fanout in range(2, 100):
+            for levels in range(2, 8):
+                n = TreeShape(fanout, levels, 0, root=root).n_workers
+                if n < 100:
+                    every.setdefault(n, set()).add((root, fanout, levels))
+    for n in range(2, 100):
+        assert set(shapes(n)) == every.get(n, set()) | {(n, n, 1)}, n
     labels = [label(c) for c in candidates(12, TOPOLOGIES)]
     assert labels == [
         "ring-allreduce",
-        "tree fanout=3 levels=2",
         "tree fanout=12 levels=1",
-        "codedreduce fanout=3 levels=2 s=1",
+        "tree fanout=2 levels=2 root=4",
+        "tree fanout=3 levels=2",
+        "tree fanout=5 levels=2 root=2",
         "codedreduce fanout=12 levels=1 s=1",
         "codedreduce fanout=12 levels=1 s=6",
+        "codedreduce fanout=2 levels=2 root=4 s=1",
+        "codedreduce fanout=3 levels=2 s=1",
+        "codedreduce fanout=5 levels=2 root=2 s=1",
     ]
 
 

@@ -64,6 +64,11 @@ class DataPlane(Protocol):
         """Of a round's ``workers``, those whose results reach the coordinator."""
         ...
 
+    def computing(self, workers: Sequence[int], lost: set[int]) -> int:
+        """How many workers compute a round whose θ_t goes to ``workers``: they, and in a
+        tree every worker below them that θ_t reaches past the ``lost``."""
+        ...
+
     def unreachable(self, lost: set[int]) -> set[int]:
         """The reporters whose results cannot come this round with ``lost`` gone."""
         ...
@@ -152,6 +157,9 @@ class StarPlane:
     def reporters(self, workers: Sequence[int]) -> set[int]:
         return set(workers)
 
+    def computing(self, workers: Sequence[int], lost: set[int]) -> int:
+        return len(workers)
+
     def unreachable(self, lost: set[int]) -> set[int]:
         return set(lost)
 
@@ -223,6 +231,9 @@ class RingPlane:
     def reporters(self, workers: Sequence[int]) -> set[int]:
         return set(workers)
 
+    def computing(self, workers: Sequence[int], lost: set[int]) -> int:
+        return len(workers)
+
     def unreachable(self, lost: set[int]) -> set[int]:
         return set(range(self.n)) if lost else set()  # every segment passes every worker
 
@@ -291,6 +302,14 @@ class TreePlane:
 
     def reporters(self, workers: Sequence[int]) -> set[int]:
         return set(self.tree.children(-1)) & set(workers)
+
+    def computing(self, workers: Sequence[int], lost: set[int]) -> int:
+        tree = self.tree
+
+        def reached(worker: int) -> int:
+            return 0 if worker in lost else 1 + sum(reached(c) for c in tree.children(worker))
+
+        return sum(reached(w) for w in workers)
 
     def unreachable(self, lost: set[int]) -> set[int]:
         """Level-1 workers that cannot report: lost, or their subtree cannot decode (a

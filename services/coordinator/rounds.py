@@ -454,7 +454,10 @@ class RoundLoop:
             else None
         )
         self.metrics.bytes_down.inc(bytes_down)
-        self.metrics.computations.inc(len(contacted))
+        # A tree's workers below the contacted ones compute too; a newcomer sent θ_t
+        # mid-round (a star's) adds one.
+        computing = plane.computing(contacted, places.lost) - len(contacted)
+        self.metrics.computations.inc(computing + len(contacted))
         compute_max = 0.0
         uploads = 0
         cancelled_early = 0
@@ -623,7 +626,7 @@ class RoundLoop:
             bytes_up=inbox.bytes_up,
             bytes_down=bytes_down,
             uploads=uploads,
-            computations=len(contacted),
+            computations=computing + len(contacted),
             cancelled=len(outstanding) + cancelled_early,
             late=late,
             responses=responses,

@@ -36,7 +36,7 @@ from codedgd.services.tuning.search import (
     redraw,
     search,
     step_sizes,
-    tree_shapes,
+    tree_options,
 )
 
 __all__ = [
@@ -68,5 +68,5 @@ __all__ = [
     "search",
     "step_sizes",
     "tail_option",
-    "tree_shapes",
+    "tree_options",
 ]

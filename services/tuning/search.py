@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from codedgd.services.codes.frc import divisors
+from codedgd.services.codes.tree import shapes
 from codedgd.services.errors import ConfigError, JobFailed, PlanError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
@@ -201,12 +202,13 @@ def candidates(
         elif name == "ring-allreduce":
             out.append(Component(name, {}))
         elif name == "tree":
-            out += [Component(name, {"fanout": m, "levels": lv}) for m, lv in tree_shapes(n)]
+            out += [Component(name, tree_options(shape)) for shape in shapes(n)]
         elif name == "codedreduce":
-            for m, lv in tree_shapes(n):
+            for shape in shapes(n):
+                m = min(shape[:2])
                 for s in sorted({1, m // 2}):
                     if 1 <= s < m:
-                        out.append(Component(name, {"fanout": m, "levels": lv, "s": s}))
+                        out.append(Component(name, {**tree_options(shape), "s": s}))
     valid = []
     for c in out:
         try:
@@ -248,18 +250,11 @@ def step_sizes(steps: Sequence[Any]) -> list[Any]:
     return out
 
 
-def tree_shapes(n: int) -> list[tuple[int, int]]:
-    """Every (fanout m, levels L) of a full tree of n workers: n = m + m² + … + m^L."""
-    shapes = []
-    for m in range(2, n + 1):
-        total, width, levels = 0, 1, 0
-        while total < n:
-            width *= m
-            total += width
-            levels += 1
-        if total == n:
-            shapes.append((m, levels))
-    return shapes
+def tree_options(shape: tuple[int, int, int]) -> dict[str, int]:
+    """A tree's options as a job file gives them: fanout and levels, and root only where
+    it differs from fanout."""
+    root, fanout, levels = shape
+    return {"fanout": fanout, "levels": levels} | ({} if root == fanout else {"root": root})
 
 
 @dataclass(frozen=True)

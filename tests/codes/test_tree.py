@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -18,11 +19,21 @@ def _code(shape: TreeShape, seed: int = 0) -> CyclicCode:
     return CyclicCode(shape.fanout, shape.s, rng=np.random.default_rng(seed))
 
 
-def _own(shape: TreeShape, code: CyclicCode, grads: np.ndarray) -> list[np.ndarray]:
+def _codes(shape: TreeShape, seed: int = 0) -> dict[int, CyclicCode]:
+    """The code each decoding node uses: B(m₀, s) at the root (−1), B(m, s) below."""
+    rng = np.random.default_rng(seed)
+    sibling = CyclicCode(shape.fanout, shape.s, rng=rng)
+    root = sibling if shape.regular else CyclicCode(shape.root, shape.s, rng=rng)
+    return {v: root if v == -1 else sibling for v in _inner(shape)}
+
+
+def _own(
+    shape: TreeShape, code: CyclicCode, grads: np.ndarray, root: CyclicCode | None = None
+) -> list[np.ndarray]:
     """Each worker's own message Σ_p w_p·g_p from its placement."""
     return [
         sum((w * grads[p] for p, w in zip(pl.partitions, pl.weights, strict=True)), np.zeros(DIM))
-        for pl in place(shape, code.B)
+        for pl in place(shape, code.B, None if root is None else root.B)
     ]
 
 
@@ -34,27 +45,35 @@ def _inner(shape: TreeShape) -> list[int]:
 def _patterns(shape: TreeShape, most: int = 4000) -> Iterator[dict[int, tuple[int, ...]]]:
     """Every choice, for every decoding node, of the m−s children it uses (in arrival
     order); past ``most`` patterns, a seeded random sample of ``most`` of them."""
-    m = shape.fanout
-    used = list(itertools.combinations(range(m), m - shape.s))
     nodes = _inner(shape)
-    if len(used) ** len(nodes) <= most:
-        for choice in itertools.product(used, repeat=len(nodes)):
+    used = {
+        v: list(itertools.combinations(range(m), m - shape.s))
+        for v in nodes
+        for m in [len(shape.children(v))]
+    }
+    if math.prod(len(u) for u in used.values()) <= most:
+        for choice in itertools.product(*(used[v] for v in nodes)):
             yield dict(zip(nodes, choice, strict=True))
         return
     rng = np.random.default_rng(7)
     for _ in range(most):
-        yield {v: tuple(rng.permutation(used[rng.integers(len(used))])) for v in nodes}
+        yield {v: tuple(rng.permutation(used[v][rng.integers(len(used[v]))])) for v in nodes}
 
 
 def _root(
-    shape: TreeShape, code: CyclicCode, own: Sequence[np.ndarray], used: dict[int, tuple[int, ...]]
+    shape: TreeShape,
+    codes: CyclicCode | dict[int, CyclicCode],
+    own: Sequence[np.ndarray],
+    used: dict[int, tuple[int, ...]],
 ) -> np.ndarray:
-    """The root's result, each node decoding its children with CyclicRound as workers do."""
+    """The root's result, each node decoding its children with CyclicRound as workers do
+    (``codes``: one for every node, or each node's)."""
 
     def up(worker: int) -> np.ndarray:
         kids = shape.children(worker)
         if not kids:
             return own[worker]
+        code = codes[worker] if isinstance(codes, dict) else codes
         decoding = CyclicRound(code, tol=1e-9)
         decoding.reset(DIM)
         for position in used[worker]:
@@ -83,6 +102,33 @@ def test_root_gets_the_full_gradient_for_every_straggler_pattern(
         np.testing.assert_allclose(_root(shape, code, own, used), full, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("root", "m", "levels", "s"),
+    [(4, 3, 2, 1), (2, 3, 2, 1), (4, 2, 2, 1), (3, 2, 3, 1), (5, 4, 2, 2), (2, 5, 2, 1)],
+)
+def test_a_root_fanout_of_its_own_keeps_the_root_exact_for_every_straggler_pattern(
+    root: int, m: int, levels: int, s: int
+) -> None:
+    """m₀ ≠ m: level 1 is one group of m₀ (the root's code B(m₀, s)), every other group
+    m; every node still computes g^L base partitions, and every choice of m₀−s and m−s
+    children decodes to the full gradient."""
+    shape = TreeShape(m, levels, s, root=root)
+    assert shape.n_workers == root * sum(m**d for d in range(levels))
+    codes = _codes(shape)
+    grads = np.random.default_rng(root * 1000 + m * 100 + levels * 10 + s).standard_normal(
+        (shape.n_partitions, DIM)
+    )
+    placements = place(shape, codes[0].B if levels > 1 else codes[-1].B, codes[-1].B)
+    assert {len(p.partitions) for p in placements} == {shape.share}
+    own = _own(shape, codes[0] if levels > 1 else codes[-1], grads, codes[-1])
+    full = grads.sum(axis=0)
+    count = 0
+    for used in _patterns(shape):  # (4, 2, 2, 1): 4·2⁴ = 64 of them; (3, 2, 3, 1): 4,000
+        np.testing.assert_allclose(_root(shape, codes, own, used), full, rtol=1e-9, atol=1e-9)
+        count += 1
+    assert count == min(4000, math.prod(math.comb(len(shape.children(v)), s) for v in codes))
+
+
 def test_every_node_computes_the_same_share_and_the_shape_is_the_papers() -> None:
     shape = TreeShape(12, 2, 1)  # the authors' library: n = 12, L = 2, 156 workers
     assert shape.n_workers == 156
@@ -103,10 +149,12 @@ def test_the_uncoded_tree_holds_each_partition_once_with_weight_one() -> None:
     assert all(w == 1.0 for pl in placements for w in pl.weights)
 
 
-@pytest.mark.parametrize(("m", "levels"), [(3, 2), (2, 3), (4, 1)])
-def test_numbering_parents_children_and_positions_agree(m: int, levels: int) -> None:
-    shape = TreeShape(m, levels, 0)
-    assert shape.children(-1) == tuple(range(m))
+@pytest.mark.parametrize(
+    ("m", "levels", "root"), [(3, 2, 0), (2, 3, 0), (4, 1, 0), (3, 2, 16), (2, 3, 5)]
+)
+def test_numbering_parents_children_and_positions_agree(m: int, levels: int, root: int) -> None:
+    shape = TreeShape(m, levels, 0, root=root)
+    assert shape.children(-1) == tuple(range(root or m))
     for worker in range(shape.n_workers):
         parent = shape.parent(worker)
         assert shape.children(parent)[shape.position(worker)] == worker

@@ -76,6 +76,10 @@ async def test_ring_tree_and_codedreduce_step_like_gradient_descent_for_20_round
         (Component("ring-allreduce"), 2),
         (Component("tree", {"fanout": 3, "levels": 2}), 12),
         (CODEDREDUCE, 12),
+        # A root fanout of its own: 2 + 6 (the coordinator decodes 1 of its 2 with B(2, 1)),
+        # and 4 + 8 (uncoded).
+        (Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1, "root": 2}), 8),
+        (Component("tree", {"fanout": 2, "levels": 2, "root": 4}), 12),
     ):
         config = _config(policy, n, 20, stragglers=stragglers)
         job = await _run(coordinator, config)
@@ -85,7 +89,11 @@ async def test_ring_tree_and_codedreduce_step_like_gradient_descent_for_20_round
             assert 8 * dim <= first.bytes_up < 8 * dim + 200 * n
             assert first.workers_used == tuple(range(n))
         else:  # it hears level 1 only
-            assert first.uploads <= 3 and first.bytes_up < 3 * (8 * dim + 200)
+            level1 = int(policy.options.get("root", 0) or policy.options.get("fanout", 3))
+            assert set(first.workers_used) >= set(range(level1)) - set(first.excluded)
+            assert first.uploads <= level1 and first.bytes_up < level1 * (8 * dim + 200)
+        # Every worker computes every round (a tree's below level 1 too), as simulated.
+        assert all(r.computations == n for r in job.records), policy
         for r in job.records:  # yet every counted worker's own time reached it (tune's)
             assert set(r.workers_used) <= set(r.ready_seconds), (policy, r.round)
             assert all(

@@ -82,6 +82,29 @@ def test_codedreduce_at_m3_l2_s1_is_exact_for_every_straggler_pattern() -> None:
         assert relative_error(got, grads.sum(axis=0)) < 1e-12
 
 
+def test_codedreduce_with_a_root_fanout_of_its_own_is_exact_for_every_straggler_pattern() -> None:
+    """16 workers as 4 × (1 + 3): the coordinator decodes its 4 children with B(4, 1),
+    each of them its 3 with B(3, 1); every order of every 3 of 4 at the root and of every
+    2 of 3 below (24 · 6⁴ = 31,104 patterns, a seeded 3,000 of them)."""
+    policy, plan = planned("codedreduce", 16, {"fanout": 3, "levels": 2, "root": 4}, seed=4)
+    assert isinstance(policy, CodedReduce)
+    tree = plan.topology.tree
+    assert tree is not None and plan.topology.code is not None
+    assert policy.code is not None and policy.code.B.shape == (4, 4)
+    assert plan.topology.code.shape == (3, 3)  # what level-1 workers get to decode with
+    assert plan.n_partitions == tree.n_partitions == 4 * (2 + 3) and tree.n_workers == 16
+    grads = np.random.default_rng(3).standard_normal((plan.n_partitions, DIM))
+    own = _own(plan, grads)
+    top = [p for c in itertools.combinations(range(4), 3) for p in itertools.permutations(c)]
+    below = [p for c in itertools.combinations(range(3), 2) for p in itertools.permutations(c)]
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        used = {-1: top[rng.integers(len(top))]}
+        used |= {w: below[rng.integers(len(below))] for w in range(4)}
+        got = _tree_round(policy, plan, own, used)
+        assert relative_error(got, grads.sum(axis=0)) < 1e-12
+
+
 def test_the_uncoded_tree_waits_for_every_child_and_sums() -> None:
     policy, plan = planned("tree", 12, {"fanout": 3, "levels": 2})
     assert plan.n_partitions == 12 and np.array_equal(plan.topology.code, np.eye(3))
@@ -97,6 +120,28 @@ def test_the_uncoded_tree_waits_for_every_child_and_sums() -> None:
         ("codedreduce", 12, {"s": 3}, r"0 <= s < fanout; got s=3, fanout=3"),
         ("tree", 6, {"fanout": 2, "levels": 1}, r"needs exactly 2 workers"),
         ("codedreduce", 12, {"fanout": 1}, r"fanout >= 2"),
+        (
+            "codedreduce",
+            16,
+            {},
+            r"got n = 16: use -n 12, or one that fits 16 workers: fanout=3 levels=2 root=4, "
+            r"fanout=7 levels=2 root=2$",
+        ),
+        ("tree", 7, {}, r"no tree of two or more levels has 7"),
+        ("codedreduce", 12, {"root": 1}, r"root >= 2 \(or 0: as many as fanout\), got root=1"),
+        ("tree", 4, {"fanout": 2, "levels": 1, "root": 4}, r"give their number as fanout"),
+        (
+            "codedreduce",
+            8,
+            {"fanout": 3, "root": 2, "s": 2},
+            r"s < root \(the coordinator's children\); got s=2, root=2: choose s in 0..1",
+        ),
+        (
+            "codedreduce",
+            60,
+            {"fanout": 3, "root": 16},
+            r"fanout 3, root 16 and 2 level\(s\) needs exactly 64 workers \(16 \+ 48\); got n = 60",
+        ),
     ],
 )
 def test_a_tree_that_does_not_fit_the_pool_is_refused(

@@ -30,8 +30,10 @@ def _config(n: int, policy: Component, rounds: int = 20, **job: object) -> JobCo
         (Component("ring-allreduce"), 12),
         (Component("tree", {"fanout": 3, "levels": 2}), 12),
         (Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1}), 12),
+        (Component("codedreduce", {"fanout": 3, "levels": 2, "s": 1, "root": 4}), 16),
+        (Component("tree", {"fanout": 2, "levels": 2, "root": 4}), 12),
     ],
-    ids=["ring", "tree", "codedreduce"],
+    ids=["ring", "tree", "codedreduce", "codedreduce-4x(1+3)", "tree-4x(1+2)"],
 )
 def test_topologies_train_exactly_like_uncoded(policy: Component, n: int) -> None:
     """20 rounds with exponential stragglers: every loss and the final θ agree with the
@@ -111,30 +113,33 @@ def test_a_one_level_codedreduce_waits_for_the_m_minus_s_th_arrival(
     assert measured == pytest.approx(rth_arrival_mean(m, lam, m - s, c=s + 1), rel=0.03)
 
 
-def test_a_two_level_tree_round_is_the_order_statistics_recursion() -> None:
+@pytest.mark.parametrize(("root", "k"), [(3, 15), (4, 20)])
+def test_a_two_level_tree_round_is_the_order_statistics_recursion(root: int, k: int) -> None:
     """Ideal links: a node sends once its own delay has passed and its (m−s)-th child has
-    arrived; the root decodes at its (m−s)-th. Computed here independently, round by
-    round, from the same seeded delays."""
+    arrived; the root decodes at its (m₀−s)-th. Computed here independently, round by
+    round, from the same seeded delays (m₀ = m = 3: 3 + 9; m₀ = 4: 4 + 12)."""
     m, levels, s, rounds = 3, 2, 1, 40
+    n = root * (1 + m)
     config = JobConfig(
-        workers=12,
+        workers=n,
         rounds=rounds,
         seed=5,
         data=Component("synthetic", {"rows": 300, "dim": 3}),
-        policy=Component("codedreduce", {"fanout": m, "levels": levels, "s": s}),
+        policy=Component("codedreduce", {"fanout": m, "levels": levels, "s": s, "root": root}),
         stragglers=Component("shifted-exponential", {"shift": 1.0, "rate": 2.0}),
     )
     result = simulate(config, CostModel.ideal())
     straggler = create_straggler_model(
-        "shifted-exponential", {"shift": 1.0, "rate": 2.0}, seed=5, n_workers=12
+        "shifted-exponential", {"shift": 1.0, "rate": 2.0}, seed=5, n_workers=n
     )
-    load = 4 / 15  # every node: g^L = 4 of k = 15 partitions
+    load = 4 / k  # every node: g^L = 4 of k = m₀·(g + m) partitions
     for t, record in enumerate(result.records):
-        own = [straggler.delay(w, t, 0.0, load) for w in range(12)]
+        own = [straggler.delay(w, t, 0.0, load) for w in range(n)]
         node = [
-            max(own[v], sorted(own[3 + 3 * v + c] for c in range(3))[m - s - 1]) for v in range(3)
+            max(own[v], sorted(own[root + m * v + c] for c in range(m))[m - s - 1])
+            for v in range(root)
         ]
-        assert record.wait_seconds == pytest.approx(sorted(node)[m - s - 1], rel=1e-12)
+        assert record.wait_seconds == pytest.approx(sorted(node)[root - s - 1], rel=1e-12)
 
 
 def test_crashes_are_not_modelled_on_topologies_and_say_so() -> None:
