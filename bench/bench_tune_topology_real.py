@@ -2,15 +2,16 @@
 
 bench_tune_topology_source checks on the simulator that tune fits a topology run from
 its workers' own times (``ready_seconds``) as well as a star run from its arrivals. Here
-the same on n = 6 local worker processes (a tree of fanout 2 and 2 levels; bench_tune_real's
-n = 8 is no tree's size): for each scenario, one source run of each kind (`codedgd run`:
-uncoded, tree, codedreduce s = 1, ring-allreduce), `codedgd tune` on each with the same
-stated link (``--link-latency 0.0002 --link-bandwidth 1.25e9``) over a few policies, and
-then a fixed set of candidates (every source's pick, uncoded, the tree and the ring) run
-for real to the same target, ``--repeats`` times each, interleaved; a candidate's median
-time counts. Reported per source: tune's pick and its real time over the best real time
-of the set, and for the candidates run, tune's predicted time over the real one (lowest
-and highest). Wall-clock times on a shared 2-core machine: run it alone.
+the same on n = 6 local worker processes (a tree of fanout 2 and 2 levels), or ``--n 8``
+(bench_tune_real's n: a tree of 2 level-1 workers with 3 children each): for each
+scenario, one source run of each kind (`codedgd run`: uncoded, tree, codedreduce s = 1,
+ring-allreduce), `codedgd tune` on each with the same stated link (``--link-latency
+0.0002 --link-bandwidth 1.25e9``) over a few policies, and then a fixed set of
+candidates (every source's pick, uncoded, the tree and the ring) run for real to the
+same target, ``--repeats`` times each, interleaved; a candidate's median time counts.
+Reported per source: tune's pick and its real time over the best real time of the set,
+and for the candidates run, tune's predicted time over the real one (lowest and
+highest). Wall-clock times on a shared 2-core machine: run it alone.
 
 ``--link measured``: the link is measured instead, as ``codedgd tune --probe-links``
 measures it on a pool (a coordinator and one worker process started for it here, the
@@ -19,6 +20,7 @@ probe's tiny job tuned and thrown away), and every tune is given that.
     python -m bench.bench_tune_topology_real                    # three scenarios, ~15 min
     python -m bench.bench_tune_topology_real --scenario few-slow --repeats 1
     python -m bench.bench_tune_topology_real --link measured
+    python -m bench.bench_tune_topology_real --n 8
 """
 
 from __future__ import annotations
@@ -38,25 +40,41 @@ import numpy as np
 
 from bench.bench_tune import SCENARIOS
 from bench.bench_tune_real import cli, time_to
+from bench.bench_tune_topology_source import sources
+from codedgd.services.tuning import label as label_of
 
-N = 6
-JOB = [
-    "-n", str(N), "--seed", "3", "--data-opt", "rows=30000", "--data-opt", "dim=50",
-    "--lr", "0.5", "--no-progress",
-]  # fmt: skip
-SOURCES = {
-    "uncoded": ["--policy", "uncoded"],
-    "tree": ["--policy", "tree", "--param", "fanout=2"],
-    "codedreduce": ["--policy", "codedreduce", "--param", "fanout=2", "--param", "s=1"],
-    "ring-allreduce": ["--policy", "ring-allreduce"],
-}
+N = 6  # the default: a regular tree of fanout 2 and 2 levels
 LINK = ["--link-latency", "0.0002", "--link-bandwidth", "1.25e9"]
 SEARCHED = ["uncoded", "frc", "g-lag", "ring-allreduce", "tree", "codedreduce"]
-ALWAYS = ("uncoded", "tree fanout=2 levels=2", "ring-allreduce")  # run whatever tune picks
 
 
-def scenario_args(scenario: str) -> list[str]:
-    model = SCENARIOS[scenario](N)
+def job_args(n: int) -> list[str]:
+    return [
+        "-n", str(n), "--seed", "3", "--data-opt", "rows=30000", "--data-opt", "dim=50",
+        "--lr", "0.5", "--no-progress",
+    ]  # fmt: skip
+
+
+def source_args(n: int) -> dict[str, list[str]]:
+    """The source runs' flags at n: the tree (and codedreduce s = 1) of
+    bench_tune_topology_source's choice (n = 6: fanout 2, 2 levels; n = 8: 2 × (1 + 3))."""
+    options = sources(n)["tree"].options
+    params = [a for k, v in options.items() for a in ("--param", f"{k}={v}")]
+    return {
+        "uncoded": ["--policy", "uncoded"],
+        "tree": ["--policy", "tree", *params],
+        "codedreduce": ["--policy", "codedreduce", *params, "--param", "s=1"],
+        "ring-allreduce": ["--policy", "ring-allreduce"],
+    }
+
+
+def always(n: int) -> tuple[str, str, str]:
+    """The candidates run whatever tune picks: uncoded, the sources' tree, the ring."""
+    return ("uncoded", label_of(sources(n)["tree"]), "ring-allreduce")
+
+
+def scenario_args(scenario: str, n: int) -> list[str]:
+    model = SCENARIOS[scenario](n)
     args = ["--stragglers", model.name]
     for key, value in model.options.items():
         shown = str(value).lower() if isinstance(value, bool) else value
@@ -120,17 +138,18 @@ def _free_port() -> int:
 
 
 def one(
-    scenario: str, tmp: Path, rounds: int, repeats: int, link: list[str]
+    scenario: str, tmp: Path, rounds: int, repeats: int, link: list[str], n: int
 ) -> list[dict[str, Any]]:
-    delays = scenario_args(scenario)
-    sources: dict[str, Path] = {}
-    for name, flags in SOURCES.items():
-        sources[name] = tmp / f"{scenario}-{name}-source.json"
-        cli("run", *JOB, *delays, "-r", str(rounds), *flags, "-o", str(sources[name]))
-    rows = json.loads(sources["uncoded"].read_text())["rounds"]
+    delays = scenario_args(scenario, n)
+    job, kept = job_args(n), always(n)
+    runs: dict[str, Path] = {}
+    for name, flags in source_args(n).items():
+        runs[name] = tmp / f"{scenario}-{name}-source.json"
+        cli("run", *job, *delays, "-r", str(rounds), *flags, "-o", str(runs[name]))
+    rows = json.loads(runs["uncoded"].read_text())["rounds"]
     target = float(rows[-1]["loss"])  # one target for every source: where uncoded ended
     tuned: dict[str, dict[str, Any]] = {}
-    for name, path in sources.items():
+    for name, path in runs.items():
         policies = [a for p in SEARCHED for a in ("--policy", p)]
         out = cli(
             "tune", str(path), "--json", "--repeats", "3", "--target-loss", repr(target),
@@ -140,7 +159,7 @@ def one(
     flags: dict[str, list[str]] = {}
     for outcome in tuned.values():
         for c in outcome["candidates"]:
-            if c["label"] in ALWAYS or c is outcome["candidates"][0]:
+            if c["label"] in kept or c is outcome["candidates"][0]:
                 flags[c["label"]] = ["--policy", c["policy"]["name"]] + [
                     f"--param={k}={v}" for k, v in c["policy"].items() if k != "name"
                 ]
@@ -149,7 +168,7 @@ def one(
         for label, policy in flags.items():
             out_path = tmp / f"{scenario}-{label.replace(' ', '_')}.{i}.json"
             cli(
-                "run", *JOB, *delays, "-r", str(2 * rounds), *policy,
+                "run", *job, *delays, "-r", str(2 * rounds), *policy,
                 "--target-loss", repr(target), "-o", str(out_path),
             )  # fmt: skip
             times[label].append(time_to(out_path, target))
@@ -176,7 +195,7 @@ def one(
                 # the topologies' own: what the link decides
                 "hops": {
                     label: predicted[label] / real[label]
-                    for label in ALWAYS[1:]
+                    for label in kept[1:]
                     if predicted.get(label) is not None and math.isfinite(real[label])
                 },
             }
@@ -196,6 +215,12 @@ def main() -> None:
         choices=list(SCENARIOS),
         help="default: exponential, few-slow, pareto",
     )
+    p.add_argument(
+        "--n",
+        type=int,
+        default=N,
+        help="worker processes (6: a tree of fanout 2 and 2 levels; 8: 2 x (1 + 3))",
+    )
     p.add_argument("--rounds", type=int, default=100, help="the source runs' rounds")
     p.add_argument("--repeats", type=int, default=3, help="real runs of each candidate")
     p.add_argument(
@@ -206,17 +231,18 @@ def main() -> None:
         "measured by tune --probe-links on this machine",
     )
     args = p.parse_args()
+    sources(args.n)  # (a size without a tree: said now)
     with tempfile.TemporaryDirectory() as tmp:
         link = measured_link(Path(tmp)) if args.link == "measured" else LINK
         print(f"the link: {' '.join(link)}\n", flush=True)
         print(
-            "| scenario (n = 6 processes) | source run | tune's pick | real (s) | best real "
-            "| best (s) | pick / best | candidates run: predicted / real | tree, ring: "
+            f"| scenario (n = {args.n} processes) | source run | tune's pick | real (s) | "
+            "best real | best (s) | pick / best | candidates run: predicted / real | tree, ring: "
             "predicted / real |"
         )
         print("|---|---|---|---:|---|---:|---:|---|---|")
         for scenario in args.scenario or ["exponential", "few-slow", "pareto"]:
-            for r in one(scenario, Path(tmp), args.rounds, args.repeats, link):
+            for r in one(scenario, Path(tmp), args.rounds, args.repeats, link, args.n):
                 span = r["predicted_over_real"]
                 shown = f"{span[0]:.2f}-{span[1]:.2f}" if span else "-"
                 print(
