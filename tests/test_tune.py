@@ -1180,6 +1180,9 @@ def test_tune_fits_a_topology_run_from_its_workers_own_times_over_the_stated_lin
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"a {policy[0]} run: each worker's own time" in done.stdout
+    # The root sums one of its two subtrees: half the worker-rounds are never timed.
+    noted = "of src.json (50%) were not observed: the subtrees its codedreduce coordinator"
+    assert (noted in done.stderr) == (policy[0] == "codedreduce"), done.stderr
     censored = int(done.stdout.split(" censored")[0].rsplit("(", 1)[1])
     # Own times, not the arrivals at the round's end; only codedreduce leaves leaves out.
     assert (censored > 0) == (policy[0] == "codedreduce"), done.stdout

@@ -18,6 +18,8 @@ from codedgd.client.cli.options import (
 from codedgd.services.errors import ConfigError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from codedgd.services.job import JobConfig
     from codedgd.services.records import RoundRecord
     from codedgd.services.tuning import LinkFit
@@ -317,6 +319,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     obs = observe(records, n)
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
+    elif own_times:
+        _note_unobserved(args.results, source.policy.name, obs.excess)
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
@@ -631,6 +635,25 @@ def _write(path: str, job: Any, source: str, why: str = "", flag: str = "--write
 
 
 _SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
+UNOBSERVED_NOTE = 0.1  # of a topology run's worker-rounds not observed: said so above this
+
+
+def _note_unobserved(path: str, policy: str, excess: np.ndarray) -> None:
+    """Say so when many of a topology run's worker-rounds went unobserved: a codedreduce
+    root does without its slowest subtrees, whose workers' times then never come."""
+    import numpy as np
+
+    missing, total = int(np.isnan(excess).sum()), int(excess.size)
+    if missing > UNOBSERVED_NOTE * total:
+        print(
+            f"codedgd tune: note: {missing} of the {total} worker-rounds of {path} "
+            f"({missing / total:.0%}) were not observed: the subtrees its {policy} "
+            "coordinator did without, each the slowest of its round. tune fills them from "
+            "each worker's other rounds, so its predictions lean optimistic, most where "
+            "the delays change over time; a run of tree, ring-allreduce or uncoded on the "
+            "same pool observes every worker",
+            file=sys.stderr,
+        )
 
 
 def _probe(args: argparse.Namespace) -> str:

@@ -77,12 +77,13 @@ class Topology:
     - ``tree``: a tree of workers of shape ``tree`` below the coordinator
       (:mod:`codedgd.services.codes.tree`): θ_t travels down, each worker adds its own
       message to what it decodes from its fastest m−s children (sibling code ``code``,
-      residual within ``tol``) and sends that up; the coordinator hears level 1 only.
+      residual within ``tol``) and sends that up; the coordinator hears level 1 only and
+      decodes it with the policy's own code (B(m₀, s): ``code`` itself when m₀ = m).
     """
 
     kind: str = "star"
     tree: TreeShape | None = None
-    code: np.ndarray | None = None  # tree: the sibling code B (fanout × fanout)
+    code: np.ndarray | None = None  # tree: the sibling code B below level 1 (fanout × fanout)
     tol: float = 1e-6  # tree: the largest decode residual an inner node accepts
 
     def __post_init__(self) -> None:
