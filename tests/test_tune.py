@@ -45,6 +45,7 @@ from codedgd.services.tuning import (
     search,
     step_sizes,
 )
+from codedgd.services.tuning.search import searched_trees
 
 
 def _censored_sample(draw, rounds: int = 400, n: int = 10, keep: int = 7, seed: int = 0):
@@ -760,6 +761,12 @@ def test_the_search_tries_every_tree_of_n_workers_with_a_root_fanout_where_it_di
                     every.setdefault(n, set()).add((root, fanout, levels))
     for n in range(2, 100):
         assert set(shapes(n)) == every.get(n, set()) | {(n, n, 1)}, n
+    # A pool of many divisors has dozens of trees: the search keeps the four deeper ones
+    # of the shortest critical path (m₀ + (L − 1)·m), at 720 of 29 of them.
+    assert len(shapes(720)) == 1 + 29
+    kept = [shape for shape in searched_trees(720) if shape[2] > 1]
+    assert sorted(kept) == [(18, 3, 4), (24, 29, 2), (30, 23, 2), (48, 2, 4)]  # 27, 53, 53, 54
+    assert searched_trees(64) == shapes(64)
     labels = [label(c) for c in candidates(12, TOPOLOGIES)]
     assert labels == [
         "ring-allreduce",
@@ -1181,7 +1188,7 @@ def test_tune_fits_a_topology_run_from_its_workers_own_times_over_the_stated_lin
     assert done.returncode == 0, done.stderr
     assert f"a {policy[0]} run: each worker's own time" in done.stdout
     # The root sums one of its two subtrees: half the worker-rounds are never timed.
-    noted = "of src.json (50%) were not observed: the subtrees its codedreduce coordinator"
+    noted = "of src.json (50%) were not observed: the subtrees its codedreduce tree did"
     assert (noted in done.stderr) == (policy[0] == "codedreduce"), done.stderr
     censored = int(done.stdout.split(" censored")[0].rsplit("(", 1)[1])
     # Own times, not the arrivals at the round's end; only codedreduce leaves leaves out.

@@ -319,8 +319,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     obs = observe(records, n)
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
-    elif own_times:
-        _note_unobserved(args.results, source.policy.name, obs.excess)
+    elif source.policy.name == "codedreduce":
+        _note_unobserved(args.results, obs.excess)
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
@@ -638,17 +638,18 @@ _SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
 UNOBSERVED_NOTE = 0.1  # of a topology run's worker-rounds not observed: said so above this
 
 
-def _note_unobserved(path: str, policy: str, excess: np.ndarray) -> None:
-    """Say so when many of a topology run's worker-rounds went unobserved: a codedreduce
-    root does without its slowest subtrees, whose workers' times then never come."""
+def _note_unobserved(path: str, excess: np.ndarray) -> None:
+    """Say so when many of a codedreduce run's worker-rounds went unobserved: a parent
+    (the coordinator included) does without its slowest children, and the times of an
+    inner node left out and of everyone below it never come."""
     import numpy as np
 
     missing, total = int(np.isnan(excess).sum()), int(excess.size)
     if missing > UNOBSERVED_NOTE * total:
         print(
             f"codedgd tune: note: {missing} of the {total} worker-rounds of {path} "
-            f"({missing / total:.0%}) were not observed: the subtrees its {policy} "
-            "coordinator did without, each the slowest of its round. tune fills them from "
+            f"({missing / total:.0%}) were not observed: the subtrees its codedreduce tree "
+            "did without, each the slowest of its group that round. tune fills them from "
             "each worker's other rounds, so its predictions lean optimistic, most where "
             "the delays change over time; a run of tree, ring-allreduce or uncoded on the "
             "same pool observes every worker",

@@ -316,7 +316,7 @@ class RoundLoop:
         On a worker-to-worker plane a round that waits for a replacement starts again, as
         attempt 1, 2, ..., once it has joined (:attr:`DataPlane.restarts`).
         """
-        attempt, sent_before = 0, 0
+        attempt, sent_before, asked_before = 0, 0, 0
         restarts: list[str] = []
         while True:
             try:
@@ -324,6 +324,7 @@ class RoundLoop:
             except _Restart as restart:
                 self.plane.cancel(t, restart.contacted)
                 sent_before += restart.bytes_down
+                asked_before += restart.computations
                 why = (
                     "; ".join(
                         f"worker {w} {reason}" for w, reason in sorted(self._lost_why.items())
@@ -345,6 +346,7 @@ class RoundLoop:
             return replace(
                 outcome,
                 bytes_down=outcome.bytes_down + sent_before,
+                computations=outcome.computations + asked_before,  # every attempt's, as metered
                 attempts=attempt + 1,
                 restarts=tuple(restarts),
             )
@@ -508,7 +510,7 @@ class RoundLoop:
                 if plane.restarts:
                     if replace_by is not None and not plane.unreachable(places.lost) & vacant:
                         # Every place the round waits for is held again: start it over.
-                        raise _Restart(contacted, bytes_down, vacant)
+                        raise _Restart(contacted, bytes_down, vacant, computing + len(contacted))
                     continue  # the round goes on without it; it takes part from the next
                 if w in vacant and w not in policy.superseded():
                     # The round still wants this worker: send it θ_t, with a round's time.
@@ -748,10 +750,13 @@ class RoundLoop:
 class _Restart(Exception):
     """A worker-to-worker round starts over: the replacement it waited for has joined."""
 
-    def __init__(self, contacted: list[int], bytes_down: int, vacant: set[int]) -> None:
+    def __init__(
+        self, contacted: list[int], bytes_down: int, vacant: set[int], computations: int
+    ) -> None:
         self.contacted = contacted
         self.bytes_down = bytes_down
         self.vacant = set(vacant)
+        self.computations = computations  # the attempt's: its workers computed it too
 
 
 def _timed(decode: Callable[[], Estimate]) -> tuple[Estimate, float]:

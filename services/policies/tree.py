@@ -71,7 +71,6 @@ class CodedReduce(CyclicRepetition):
         self.levels = levels
         self.root = root
         self.shape = self._shape()
-        self.sibling_code: CyclicCode | None = None
 
     def _shape(self) -> TreeShape:
         m, levels, s, m0 = self.fanout, self.levels, self.s, self.root or self.fanout
@@ -110,7 +109,7 @@ class CodedReduce(CyclicRepetition):
             raise PlanError(
                 f"{self.name} with fanout {shape.fanout}{root} and {shape.levels} level(s) "
                 f"needs exactly {shape.n_workers} workers ({shape.describe()}); got n = "
-                f"{n_workers}: use -n {shape.n_workers}, or {fitting(n_workers)}"
+                f"{n_workers}: use -n {shape.n_workers}, or {fitting(n_workers, shape.s)}"
             )
         if n_partitions != shape.n_partitions:
             raise PlanError(
@@ -122,7 +121,6 @@ class CodedReduce(CyclicRepetition):
         # The coordinator decodes level 1 with B(m₀, s): the siblings' own code when the
         # tree is regular, else the stream's next draw.
         self.code = sibling if shape.regular else CyclicCode(shape.root, shape.s, h=self.h, rng=rng)
-        self.sibling_code = sibling
         placements = place(shape, sibling.B, self.code.B)
         workers = tuple(
             WorkerPlan(pl.partitions, np.asarray(pl.weights, dtype=np.float64).reshape(-1, 1))
@@ -150,10 +148,16 @@ class TreeReduce(CodedReduce):
         super().__init__(fanout=fanout, levels=levels, s=0, root=root, seed=seed)
 
 
-def fitting(n: int) -> str:
-    """The trees that fit ``n`` workers, as the fix of a refused shape."""
-    fits = [shape for shape in shapes(n) if shape[2] > 1]
+def fitting(n: int, s: int) -> str:
+    """The trees of two or more levels that fit ``n`` workers with ``s`` stragglers per
+    group, as the fix of a refused shape."""
+    fits = [(m0, m, lv) for m0, m, lv in shapes(n) if lv > 1 and s < min(m0, m)]
     if not fits:
-        return f"choose fanout and levels for your pool (no tree of two or more levels has {n})"
-    said = ", ".join(f"fanout={m} levels={lv} root={m0}" for m0, m, lv in fits[:4])
+        return (
+            f"choose fanout and levels for your pool (no tree of two or more levels has {n} "
+            f"workers and groups of more than s={s})"
+        )
+    said = ", ".join(
+        f"fanout={m} levels={lv}" + ("" if m0 == m else f" root={m0}") for m0, m, lv in fits[:4]
+    )
     return f"one that fits {n} workers: {said}"

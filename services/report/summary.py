@@ -404,7 +404,8 @@ def _num(value: float | None, digits: int = 4) -> str:
 
 def markdown_table(report: Report) -> str:
     """The time-to-target table as GitHub markdown (numbers to 4 significant digits)."""
-    # Uploads against computations only when some run skipped uploads (a lazy policy).
+    # Uploads against computations only when they differ in some run: a lazy policy's
+    # skipped uploads, cancelled workers, a tree's sums (one upload for a subtree).
     lazy = any(r.uploads != r.computations for r in report.rows)
     head = (
         "| run | rounds | mean round (s) | p50 round (s) | p95 round (s) | final loss | "

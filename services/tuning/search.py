@@ -202,9 +202,9 @@ def candidates(
         elif name == "ring-allreduce":
             out.append(Component(name, {}))
         elif name == "tree":
-            out += [Component(name, tree_options(shape)) for shape in shapes(n)]
+            out += [Component(name, tree_options(shape)) for shape in searched_trees(n)]
         elif name == "codedreduce":
-            for shape in shapes(n):
+            for shape in searched_trees(n):
                 m = min(shape[:2])
                 for s in sorted({1, m // 2}):
                     if 1 <= s < m:
@@ -248,6 +248,20 @@ def step_sizes(steps: Sequence[Any]) -> list[Any]:
             seen.add(key)
             out.append(given)
     return out
+
+
+TREE_SHAPES = 4  # trees of two or more levels searched, of the shortest critical paths
+
+
+def searched_trees(n: int) -> list[tuple[int, int, int]]:
+    """The trees (root m₀, fanout m, levels L) the search tries for n workers: the one
+    level of n, and of the deeper ones the :data:`TREE_SHAPES` whose critical path (about
+    m₀ + (L − 1)·m messages each way) is shortest (at n = 64 all four; a highly composite
+    n has dozens, which would multiply the search)."""
+    every = shapes(n)
+    deep = [shape for shape in every if shape[2] > 1]
+    kept = set(sorted(deep, key=lambda sh: (sh[0] + (sh[2] - 1) * sh[1], -sh[0]))[:TREE_SHAPES])
+    return [shape for shape in every if shape[2] == 1 or shape in kept]
 
 
 def tree_options(shape: tuple[int, int, int]) -> dict[str, int]:

@@ -127,7 +127,15 @@ def test_the_uncoded_tree_waits_for_every_child_and_sums() -> None:
             r"got n = 16: use -n 12, or one that fits 16 workers: fanout=3 levels=2 root=4, "
             r"fanout=7 levels=2 root=2$",
         ),
-        ("tree", 7, {}, r"no tree of two or more levels has 7"),
+        ("tree", 7, {}, r"no tree of two or more levels has 7 workers"),
+        (
+            "codedreduce",
+            8,
+            {"fanout": 3, "s": 2},
+            r"got n = 8: use -n 12, or choose fanout and levels for your pool \(no tree of "
+            r"two or more levels has 8 workers and groups of more than s=2\)",
+        ),
+        ("codedreduce", 14, {}, r"fanout=6 levels=2 root=2, fanout=2 levels=3$"),
         ("codedreduce", 12, {"root": 1}, r"root >= 2 \(or 0: as many as fanout\), got root=1"),
         ("tree", 4, {"fanout": 2, "levels": 1, "root": 4}, r"give their number as fanout"),
         (
