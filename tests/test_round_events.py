@@ -10,10 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from codedgd.services.coordinator.dataplane import StarPlane
+from codedgd.services.coordinator.dataplane import RingPlane, StarPlane, TreePlane
 from codedgd.services.coordinator.inbox import Arrival, Lost, Replaced
 from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.metrics import CoordinatorMetrics
+from codedgd.services.coordinator.places import Places
 from codedgd.services.coordinator.replacement import next_place
 from codedgd.services.coordinator.rounds import Outcome, RoundLoop
 from codedgd.services.coordinator.sessions import Sessions, WorkerSession
@@ -260,3 +261,19 @@ async def test_a_result_from_a_worker_already_lost_is_never_added_into_the_sum()
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def test_a_rounds_computations_are_every_worker_its_theta_reaches() -> None:
+    """The record's and the metric's computations: in a star or a ring, the workers sent
+    θ_t; in a tree, θ_t goes to level 1 and down, so every worker below them computes
+    too, but none below a lost one (θ_t reaches a worker only through its parent)."""
+    tree = create("tree", {"fanout": 3, "levels": 2, "root": 4})  # 4 + 12: 0's are 4-6
+    plane = TreePlane("job", Places("job"), DEFAULT_CHUNK_BYTES, tree.plan(16, 16))
+    assert plane.computing([0, 1, 2, 3], set()) == 16
+    assert plane.computing([0, 2, 3], {1}) == 12  # 1 and its 3 children
+    assert plane.computing([0, 1, 2, 3], {4, 9}) == 14  # a leaf of 0's, one of 1's
+    ring = RingPlane(
+        "job", Places("job"), DEFAULT_CHUNK_BYTES, create("ring-allreduce", {}).plan(4, 4)
+    )
+    star = StarPlane("job", Places("job"), DEFAULT_CHUNK_BYTES, create("uncoded", {}).plan(4, 4))
+    assert ring.computing([0, 1, 2, 3], set()) == star.computing([0, 2, 3], {1}) + 1 == 4
