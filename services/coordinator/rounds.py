@@ -457,9 +457,9 @@ class RoundLoop:
         )
         self.metrics.bytes_down.inc(bytes_down)
         # A tree's workers below the contacted ones compute too; a newcomer sent θ_t
-        # mid-round (a star's) adds one.
-        computing = plane.computing(contacted, places.lost) - len(contacted)
-        self.metrics.computations.inc(computing + len(contacted))
+        # mid-round (a star's) joins ``contacted``.
+        deeper = plane.computing(contacted, places.lost) - len(contacted)
+        self.metrics.computations.inc(deeper + len(contacted))
         compute_max = 0.0
         uploads = 0
         cancelled_early = 0
@@ -510,7 +510,7 @@ class RoundLoop:
                 if plane.restarts:
                     if replace_by is not None and not plane.unreachable(places.lost) & vacant:
                         # Every place the round waits for is held again: start it over.
-                        raise _Restart(contacted, bytes_down, vacant, computing + len(contacted))
+                        raise _Restart(contacted, bytes_down, vacant, deeper + len(contacted))
                     continue  # the round goes on without it; it takes part from the next
                 if w in vacant and w not in policy.superseded():
                     # The round still wants this worker: send it θ_t, with a round's time.
@@ -628,7 +628,7 @@ class RoundLoop:
             bytes_up=inbox.bytes_up,
             bytes_down=bytes_down,
             uploads=uploads,
-            computations=computing + len(contacted),
+            computations=deeper + len(contacted),
             cancelled=len(outstanding) + cancelled_early,
             late=late,
             responses=responses,
