@@ -151,7 +151,11 @@ async def test_a_killed_worker_is_replaced_and_the_round_runs_again(
     round starts again as a new attempt, and θ stays gradient descent's."""
     n = 4 if policy.name == "ring-allreduce" else 12
     procs = _procs_by_name(worker_processes.start(coordinator.port, n + 1, extra=PEERS))
-    config = _config(policy, n, 16, replace_timeout=60, round_timeout=60)
+    # CodedReduce (s = 1) goes on without the lost level-1 worker while the spare loads
+    # its data: enough rounds that the job is still running when the spare takes over (a
+    # 16-round job once finished first, on a loaded machine).
+    rounds = 16 if policy.name == "ring-allreduce" else 300
+    config = _config(policy, n, rounds, replace_timeout=60, round_timeout=60)
     job = coordinator.service.submit(config)
     await wait_for(lambda: len(job.records) >= 4, timeout=90)
     victim = 1  # a level-1 worker of the tree, a ring member
