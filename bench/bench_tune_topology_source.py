@@ -38,7 +38,7 @@ from codedgd.services.job import Component, JobConfig
 from codedgd.services.sim.engines import simulate
 from codedgd.services.stragglers import create_straggler_model
 from codedgd.services.tuning import Link, fit_delays, observe, search
-from codedgd.services.tuning.search import TOPOLOGIES, tree_options
+from codedgd.services.tuning.search import TOPOLOGIES, source_tree, tree_options
 
 SOURCE_NAMES = ("uncoded", "tree", "codedreduce", "ring-allreduce")
 
@@ -104,7 +104,7 @@ def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         source = job.replace(policy=kinds[name])
         records = star if name == "uncoded" else simulate(source, cost).records
         started = time.perf_counter()
-        seen = observe(records, n)
+        seen = observe(records, n, tree=source_tree(kinds[name]))
         picked = search(
             source,
             seen,

@@ -227,6 +227,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         observe,
         observe_trace,
         search,
+        source_tree,
         step_sizes,
     )
     from codedgd.services.tuning.search import HOLD, TOPOLOGIES
@@ -316,7 +317,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "1.25e9 for a 10 Gb/s network), or measure them on the pool (--probe-links "
             "--coordinator HOST:PORT)"
         )
-    obs = observe(records, n)
+    obs = observe(records, n, tree=source_tree(source.policy))
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
     elif source.policy.name == "codedreduce":
@@ -649,10 +650,10 @@ def _note_unobserved(path: str, excess: np.ndarray) -> None:
         print(
             f"codedgd tune: note: {missing} of the {total} worker-rounds of {path} "
             f"({missing / total:.0%}) were not observed: the subtrees its codedreduce tree "
-            "did without, each the slowest of its group that round. tune fills them from "
-            "each worker's other rounds, so its predictions lean optimistic, most where "
-            "the delays change over time; a run of tree, ring-allreduce or uncoded on the "
-            "same pool observes every worker",
+            "did without, each the slowest of its group that round. tune draws them from "
+            "each worker's other rounds, kept only where the subtree comes out slower than "
+            "the ones used, which is a guess; a run of tree, ring-allreduce or uncoded on "
+            "the same pool observes every worker",
             file=sys.stderr,
         )
 

@@ -35,6 +35,7 @@ from codedgd.services.tuning.search import (
     label,
     redraw,
     search,
+    source_tree,
     step_sizes,
     tree_options,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "parse_tail",
     "redraw",
     "search",
+    "source_tree",
     "step_sizes",
     "tail_option",
     "tree_options",

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from codedgd.services.codes.frc import divisors
-from codedgd.services.codes.tree import shapes
+from codedgd.services.codes.tree import TreeShape, shapes
 from codedgd.services.errors import ConfigError, JobFailed, PlanError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
@@ -70,6 +70,7 @@ from codedgd.services.optim import absolute_lr, lr_times_inverse_l
 from codedgd.services.policies.auto import group_size
 from codedgd.services.policies.lag import LazyPolicy
 from codedgd.services.policies.registry import create
+from codedgd.services.policies.tree import CodedReduce
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import CostModel
 from codedgd.services.sim.engine import rows_per_round
@@ -269,6 +270,20 @@ def tree_options(shape: tuple[int, int, int]) -> dict[str, int]:
     it differs from fanout."""
     root, fanout, levels = shape
     return {"fanout": fanout, "levels": levels} | ({} if root == fanout else {"root": root})
+
+
+def source_tree(policy: Component) -> TreeShape | None:
+    """The tree a run of ``policy`` reduced over (codedreduce's, or tree's), which
+    :func:`~codedgd.services.stragglers.fitted.observe` reads its left-out subtrees
+    with; None for any other policy, or options no tree has (the run could not have
+    run them)."""
+    if policy.name not in ("tree", "codedreduce"):
+        return None
+    try:
+        made = create(policy.name, policy.options)
+    except (PlanError, ConfigError, TypeError, ValueError):
+        return None
+    return made.shape if isinstance(made, CodedReduce) else None
 
 
 @dataclass(frozen=True)
@@ -650,9 +665,7 @@ def redraw(obs: Observations, rng: np.random.Generator, tries: int = 20) -> Obse
             break
     else:
         rows = np.arange(obs.rounds)  # (workers seldom seen: the source itself)
-    return dataclasses.replace(
-        obs, excess=obs.excess[rows], censored=obs.censored[rows], compute=obs.compute[rows]
-    )
+    return obs.rows_at(rows)
 
 
 @dataclass(frozen=True)
