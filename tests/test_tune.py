@@ -1209,6 +1209,46 @@ def test_tune_fits_a_topology_run_from_its_workers_own_times_over_the_stated_lin
     assert "--probe JOB.toml --coordinator HOST:PORT" in done.stderr
 
 
+def test_tune_names_the_workers_a_tree_did_without_for_longer_than_chance(
+    tmp_path: Path,
+) -> None:
+    """codedreduce never waits for a slow worker: its delays there are not in the run,
+    and tune says which workers it did without round after round. One slow machine of
+    eight (50x), on 2 × (1 + 3): the uncoded run of the same pool says which it is."""
+    pool = [
+        "-n", "8", "-r", "40", "--seed", "4", "--stragglers", "speed-classes",
+        "--straggler-opt", "count=1", "--straggler-opt", "factor=50",
+        "--straggler-opt", "mean=0.0001",
+        "--data-opt", "rows=800", "--data-opt", "dim=5", "--no-progress",
+    ]  # fmt: skip
+    tree = ["--policy", "codedreduce", "--param", "fanout=3", "--param", "root=2"]
+    for name, policy in (("tree.json", tree), ("star.json", ["--policy", "uncoded"])):
+        done = _cli("simulate", *pool, *policy, "-o", name, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    star = json.loads((tmp_path / "star.json").read_text())["rounds"]
+    median = [np.median([r["response_seconds"][str(w)] for r in star]) for w in range(8)]
+    slow = int(np.argmax(median))
+    assert median[slow] > 3 * sorted(median)[4]
+    # A leaf (this seed): a level-1 worker's subtree would be timed in no round, which
+    # tune refuses, naming it (test_a_topology_runs_timings_are_the_workers_own_and_...).
+    assert slow >= 2
+    links = ["--link-latency", "0.0002", "--link-bandwidth", "1.25e9"]
+    done = _cli(
+        "tune", "tree.json", "--no-progress", "--repeats", "1", "--policy", "uncoded",
+        *links, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    named = done.stderr.split("tree.json went without workers ")[1].split("]")[0] + "]"
+    assert slow in json.loads(named), done.stderr
+    assert "how slow they were then is not in the run" in done.stderr
+    # The star's run waited for everyone: nothing to say.
+    done = _cli(
+        "tune", "star.json", "--no-progress", "--repeats", "1", "--policy", "uncoded",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0 and "went without" not in done.stderr, done.stderr
+
+
 def test_a_topology_runs_timings_are_the_workers_own_and_put_the_network_on_the_links() -> None:
     """observe() takes ready − compute of each timed worker, censors a leaf its parent
     left out at its bound less the round's compute, and leaves an inner node left out

@@ -320,8 +320,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     obs = observe(records, n, tree=source_tree(source.policy))
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
-    elif source.policy.name == "codedreduce":
-        _note_unobserved(args.results, obs.excess)
+    else:
+        if source.policy.name == "codedreduce":
+            _note_unobserved(args.results, obs.excess)
+        _note_unanswered(args.results, obs.unanswered_stretch(), obs.chance_stretch())
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
@@ -654,6 +656,26 @@ def _note_unobserved(path: str, excess: np.ndarray) -> None:
             "each worker's other rounds, kept only where the subtree comes out slower than "
             "the ones used, which is a guess; a run of tree, ring-allreduce or uncoded on "
             "the same pool observes every worker",
+            file=sys.stderr,
+        )
+
+
+def _note_unanswered(path: str, stretch: np.ndarray, chance: np.ndarray) -> None:
+    """Name the workers a run went without (left out or cancelled) for more rounds in a
+    row than chance gives (``chance``): persistently slow there, by how much the run
+    does not say."""
+    import numpy as np
+
+    long = np.flatnonzero(stretch >= chance)
+    if long.size:
+        print(
+            f"codedgd tune: note: {path} went without workers {long.tolist()} for up to "
+            f"{int(stretch[long].max())} rounds in a row (left out or cancelled, each time "
+            "among the slowest of its group; equal workers go without for fewer than "
+            f"{int(chance[long].min())} in 19 runs of 20): how slow "
+            "they were then is not in the run, only that they came later than those used, "
+            "so tune may take them for faster than they were; a run that waits for every "
+            "worker (uncoded, tree, ring-allreduce) on the same pool measures them",
             file=sys.stderr,
         )
 

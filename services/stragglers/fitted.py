@@ -70,6 +70,9 @@ BASE = 1.0  # the percentile of the typical workers' delays taken for where thei
 # The widest (interquartile range over the typical workers') a worker's rounds outside its
 # slow stretches may wait and still be typical.
 TYPICAL_WIDTH = 1.5
+# The fewest rounds in a row without an answer that Observations.chance_stretch calls
+# beyond chance, whatever the rate.
+MIN_STRETCH = 10
 # A subtree a codedreduce parent left out (ResampledDelay): tries drawn per recorded round,
 # and of those that come out after it was left out, how many are kept to replay from.
 SUBTREE_DRAWS = 256
@@ -132,6 +135,61 @@ class Observations:
         if not pool > 0:
             return np.ones(self.n_workers)
         out: np.ndarray = np.where(answered, medians / pool, 1.0)  # never answered: unknown
+        return out
+
+    def _unanswered(self) -> np.ndarray:
+        """Where a worker was done without: cancelled or left out (censored), or, in a
+        tree, in a subtree left out (not observed). A star's worker not observed was not
+        asked (a lazy round, a place not yet held), which says nothing of its speed."""
+        unanswered: np.ndarray = self.censored.copy()
+        if self.tree is not None:
+            unanswered |= np.isnan(self.excess)
+        return unanswered
+
+    def unanswered_stretch(self) -> np.ndarray:
+        """Each worker's most rounds in a row it was done without (cancelled, left out,
+        in a subtree left out), not counting rounds it was not asked: a stretch whose
+        delays the run does not hold, only bounds at best."""
+        unanswered = self._unanswered()
+        answered = ~np.isnan(self.excess) & ~self.censored
+        longest = np.zeros(self.n_workers, dtype=np.int64)
+        current = np.zeros(self.n_workers, dtype=np.int64)
+        for out, seen in zip(unanswered, answered, strict=True):
+            current = np.where(seen, 0, current + out)
+            longest = np.maximum(longest, current)
+        return longest
+
+    def chance_stretch(self) -> np.ndarray:
+        """Per worker, the most rounds in a row a worker goes unanswered by chance in a
+        pool of equal workers: the shortest stretch L of which the run's n·R starts
+        expect fewer than ``FAMILY_WISE`` (p^L·n·R < 0.05), where p is the rate at which
+        a round leaves a worker in its place unanswered, and at least ``MIN_STRETCH``.
+        In a tree (codedreduce) every parent uses its fastest m − s children, so equal
+        workers at level l are used at the rate ((m₀ − s)/m₀)·((m − s)/m)^(l − 1): a leaf
+        of 4 × (1 + 3) is done without in half the rounds, and 15 in a row is beyond
+        chance in a run of 100. Elsewhere p is the run's own: the share of the values
+        asked for that were cancelled (a coded run cancels as many a round, spread
+        evenly over equal workers). A
+        worker slow for a stretch is left out round after round, beyond it: how slow it
+        was then is not in the run."""
+        tree = self.tree
+        if tree is None:
+            asked = ~np.isnan(self.excess)
+            rate = np.full(self.n_workers, float(self.censored.sum() / max(asked.sum(), 1)))
+        else:
+            top = (tree.root - tree.s) / tree.root
+            below = (tree.fanout - tree.s) / tree.fanout
+            rate = np.array(
+                [1.0 - top * below ** (tree.level(w) - 1) for w in range(self.n_workers)]
+            )
+        starts = max(self.rounds * self.n_workers, 1)
+        out = np.full(self.n_workers, MIN_STRETCH, dtype=np.int64)
+        for w, p in enumerate(rate):
+            if p >= 1:
+                out[w] = self.rounds + 1
+            elif p > 0:
+                need = math.ceil(math.log(FAMILY_WISE / starts) / math.log(p))
+                out[w] = max(MIN_STRETCH, need)
         return out
 
     def median_compute(self) -> float:

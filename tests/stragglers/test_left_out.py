@@ -1,5 +1,6 @@
-"""A subtree a codedreduce parent left out: kept whole by ``observe``, and replayed as
-the slowest of its siblings, not as a random sample of its workers' other rounds."""
+"""Workers a run did without. A subtree a codedreduce parent left out: kept whole by
+``observe``, and replayed as the slowest of its siblings, not as a random sample of its
+workers' other rounds. A worker done without for longer than chance gives: named."""
 
 from __future__ import annotations
 
@@ -122,3 +123,70 @@ def test_a_bound_no_draw_reaches_keeps_the_latest_draws() -> None:
         kept.append(_ready(row))
     assert min(kept) > np.percentile(unconditioned, 80)
     assert SUBTREE_DRAWS >= 10 * SUBTREE_KEPT
+
+
+def _done_without(shape: TreeShape, rounds: int, rng: np.random.Generator) -> Observations:
+    """A codedreduce run of equal workers: every parent uses m − s of its children at
+    random (the root m₀ − s); the rest of each group is left out (a leaf censored, an
+    inner node's subtree not observed)."""
+    n = shape.n_workers
+    excess = rng.exponential(0.01, size=(rounds, n))
+    censored = np.zeros((rounds, n), dtype=bool)
+    for i in range(rounds):
+        groups, used = [shape.children(-1)], set()
+        while groups:
+            kids = groups.pop()
+            if not kids:
+                continue
+            keep = len(kids) - shape.s
+            chosen = rng.choice(len(kids), size=keep, replace=False)
+            for j, c in enumerate(kids):
+                if j in chosen:
+                    used.add(c)
+                    groups.append(shape.children(c))
+                elif shape.children(c):
+                    excess[i, _subtree_of(shape, c)] = np.nan
+                else:
+                    censored[i, c] = True
+    compute = np.where(np.isnan(excess) | censored, np.nan, 0.1)
+    return Observations(excess, censored, compute, tree=shape)
+
+
+def _subtree_of(shape: TreeShape, head: int) -> list[int]:
+    out, level = [head], [head]
+    while level:
+        level = [c for w in level for c in shape.children(w)]
+        out.extend(level)
+    return out
+
+
+def test_stretches_count_rounds_done_without_and_skip_rounds_not_asked() -> None:
+    excess = np.array([[0.1, 0.1], [np.nan, 0.1], [0.2, 0.1], [0.3, np.nan], [0.1, 0.1]])
+    censored = np.array([[1, 0], [0, 0], [1, 0], [1, 0], [0, 0]], dtype=bool)
+    star = Observations(excess, censored, np.full(excess.shape, 0.1))
+    # A star's round not asked (NaN) neither counts nor breaks a stretch: worker 0 was
+    # cancelled in rounds 0, 2 and 3, not asked in 1.
+    assert star.unanswered_stretch().tolist() == [3, 0]
+    # In a tree a worker not observed was in a subtree left out: it counts.
+    tree = Observations(excess, censored, excess * 0, tree=TreeShape(2, 1, 1))
+    assert tree.unanswered_stretch().tolist() == [4, 1]
+
+
+def test_equal_workers_are_seldom_said_to_be_done_without_beyond_chance() -> None:
+    """The limit is set so that in 19 runs of 20 no equal worker goes beyond it."""
+    shape = TreeShape(fanout=3, levels=2, s=1, root=4)  # 4 × (1 + 3)
+    rng = np.random.default_rng(2)
+    first = _done_without(shape, 100, rng)
+    # A leaf is done without in half the rounds (15 in a row is beyond chance in 100),
+    # a level-1 worker in a quarter (the floor, 10).
+    assert first.chance_stretch().tolist() == [10] * 4 + [15] * 12
+    flagged = [
+        bool((o.unanswered_stretch() >= o.chance_stretch()).any())
+        for o in [first, *(_done_without(shape, 100, rng) for _ in range(99))]
+    ]
+    assert sum(flagged) <= 10  # 5 expected at most
+    # A leaf slow for 30 rounds, left out by its parent in each: named.
+    slow = _done_without(shape, 100, rng)
+    slow.censored[40:70, 9] = ~np.isnan(slow.excess[40:70, 9])
+    named = np.flatnonzero(slow.unanswered_stretch() >= slow.chance_stretch())
+    assert 9 in named.tolist()
