@@ -11,7 +11,8 @@ the same cluster (delays and the links of bench_tune's cost model: 1 ms, 1 GB/s)
 one source job of each kind for ``--source-rounds`` rounds: uncoded (the star), tree
 (s = 0: every worker's time reaches the coordinator), codedreduce (s = 1: a parent
 leaves out its slowest child: a leaf's time is then censored at its used sibling's, an
-inner node's not observed) and ring-allreduce.
+inner node's not observed, its subtree replayed as the slowest of its group; with
+``--unconditioned`` as anyone's, as before 2026-12-01) and ring-allreduce.
 tune fits each and ranks every candidate, the topologies included, over the same stated
 link. The exhaustive search runs every candidate under the scenario's true delays and
 links. Reported per source: tune's pick, its true time over the best true time (goal
@@ -21,6 +22,7 @@ predicted times are from their true ones (predicted / true, lowest and highest).
     python -m bench.bench_tune_topology_source
     python -m bench.bench_tune_topology_source --scenario pareto --scenario few-slow
     python -m bench.bench_tune_topology_source --n 30
+    python -m bench.bench_tune_topology_source --n 16 --source codedreduce --unconditioned
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         source = job.replace(policy=kinds[name])
         records = star if name == "uncoded" else simulate(source, cost).records
         started = time.perf_counter()
-        seen = observe(records, n, tree=source_tree(kinds[name]))
+        tree = None if args.unconditioned else source_tree(kinds[name])
+        seen = observe(records, n, tree=tree)
         picked = search(
             source,
             seen,
@@ -159,6 +162,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=250, help="most rounds a candidate may take")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--jobs", type=int, default=0, help="tune's processes (0: one per CPU)")
+    p.add_argument(
+        "--unconditioned",
+        action="store_true",
+        help="replay a subtree codedreduce left out as before 2026-12-01: each worker's "
+        "other rounds, as if anyone's (for comparison)",
+    )
     args = p.parse_args()
     sources(args.n)  # (a size without a tree: said now)
     print(

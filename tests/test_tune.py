@@ -1235,18 +1235,21 @@ def test_tune_names_the_workers_a_tree_did_without_for_longer_than_chance(
     links = ["--link-latency", "0.0002", "--link-bandwidth", "1.25e9"]
     done = _cli(
         "tune", "tree.json", "--no-progress", "--repeats", "1", "--policy", "uncoded",
-        *links, cwd=tmp_path,
+        "--json", *links, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     named = done.stderr.split("tree.json went without workers ")[1].split("]")[0] + "]"
     assert slow in json.loads(named), done.stderr
     assert "how slow they were then is not in the run" in done.stderr
+    went = json.loads(done.stdout)["went_without"]
+    assert [int(w) for w in went] == json.loads(named) and went[str(slow)] == 40
     # The star's run waited for everyone: nothing to say.
     done = _cli(
         "tune", "star.json", "--no-progress", "--repeats", "1", "--policy", "uncoded",
-        cwd=tmp_path,
+        "--json", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0 and "went without" not in done.stderr, done.stderr
+    assert json.loads(done.stdout)["went_without"] == {}
 
 
 def test_a_topology_runs_timings_are_the_workers_own_and_put_the_network_on_the_links() -> None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from codedgd.services.job import JobConfig
     from codedgd.services.records import RoundRecord
-    from codedgd.services.tuning import LinkFit
+    from codedgd.services.tuning import LinkFit, Observations
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -318,12 +318,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "--coordinator HOST:PORT)"
         )
     obs = observe(records, n, tree=source_tree(source.policy))
+    went_without: dict[str, int] = {}  # (a trace: its holes say nothing of who was slow)
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
     else:
         if source.policy.name == "codedreduce":
             _note_unobserved(args.results, obs.excess)
-        _note_unanswered(args.results, obs.unanswered_stretch(), obs.chance_stretch())
+        went_without = _went_without(args.results, obs)
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
@@ -464,6 +465,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             ),
             "slowness": [float(s) for s in slowness],
             "load_slowness": [float(s) for s in load_slowness],
+            # workers the run did without (left out, cancelled) for more rounds in a row
+            # than chance gives: worker → that many rounds (the stderr note's)
+            "went_without": went_without,
             "candidates": [o.to_dict() for o in outcomes],
             # auto's start (--write-auto): the group size of the best candidate it can run
             "auto_start": (
@@ -660,24 +664,26 @@ def _note_unobserved(path: str, excess: np.ndarray) -> None:
         )
 
 
-def _note_unanswered(path: str, stretch: np.ndarray, chance: np.ndarray) -> None:
-    """Name the workers a run went without (left out or cancelled) for more rounds in a
-    row than chance gives (``chance``): persistently slow there, by how much the run
-    does not say."""
-    import numpy as np
-
-    long = np.flatnonzero(stretch >= chance)
-    if long.size:
+def _went_without(path: str, obs: Observations) -> dict[str, int]:
+    """The workers a run did without (left out or cancelled) for more rounds in a row
+    than chance gives (:meth:`Observations.chance_stretch`), each with its longest such
+    stretch, named in a note: persistently slow there, by how much the run does not say."""
+    stretch, chance = obs.unanswered_stretch(), obs.chance_stretch()
+    long = [int(w) for w in range(obs.n_workers) if stretch[w] >= chance[w]]
+    if long:
+        low, high = min(int(chance[w]) for w in long), max(int(chance[w]) for w in long)
+        limit = f"{low}" if low == high else f"{low}-{high} (by level)"
         print(
-            f"codedgd tune: note: {path} went without workers {long.tolist()} for up to "
-            f"{int(stretch[long].max())} rounds in a row (left out or cancelled, each time "
-            "among the slowest of its group; equal workers go without for fewer than "
-            f"{int(chance[long].min())} in 19 runs of 20): how slow "
-            "they were then is not in the run, only that they came later than those used, "
-            "so tune may take them for faster than they were; a run that waits for every "
-            "worker (uncoded, tree, ring-allreduce) on the same pool measures them",
+            f"codedgd tune: note: {path} went without workers {long} for up to "
+            f"{max(int(stretch[w]) for w in long)} rounds in a row (each time left out or "
+            "cancelled as among the slowest of its group, or below a worker that was; "
+            f"equal workers go without for fewer than {limit} in 19 runs of 20): how "
+            "slow they were then is not in the run, only that they came later than those "
+            "used, so tune may take them for faster than they were; a run that waits for "
+            "every worker (uncoded, tree, ring-allreduce) on the same pool measures them",
             file=sys.stderr,
         )
+    return {str(w): int(stretch[w]) for w in long}
 
 
 def _probe(args: argparse.Namespace) -> str:

@@ -125,6 +125,15 @@ class TreeShape:
         first = self.level_start(level + 1) + (worker - self.level_start(level)) * self.fanout
         return tuple(range(first, first + self.fanout))
 
+    def subtree(self, head: int) -> tuple[int, ...]:
+        """``head`` and every worker below it, level by level (ascending: a worker's
+        children come after it)."""
+        out, level = [head], [head]
+        while level:
+            level = [c for w in level for c in self.children(w)]
+            out.extend(level)
+        return tuple(out)
+
     def describe(self) -> str:
         """The workers per level, as a sum: "3 + 9", or "16 + 48" for m₀ = 16, m = 3."""
         return " + ".join(str(self.width(level)) for level in range(1, self.levels + 1))

@@ -169,9 +169,9 @@ class Observations:
         of 4 × (1 + 3) is done without in half the rounds, and 15 in a row is beyond
         chance in a run of 100. Elsewhere p is the run's own: the share of the values
         asked for that were cancelled (a coded run cancels as many a round, spread
-        evenly over equal workers). A
-        worker slow for a stretch is left out round after round, beyond it: how slow it
-        was then is not in the run."""
+        evenly over equal workers). A worker slow for a stretch is left out round after
+        round, beyond it (or is below one that is): how slow it was then is not in the
+        run."""
         tree = self.tree
         if tree is None:
             asked = ~np.isnan(self.excess)
@@ -485,16 +485,6 @@ class Observations:
         return replace(self, excess=excess, censored=censored)
 
 
-def _subtree(tree: TreeShape, head: int) -> list[int]:
-    """``head`` and every worker below it in ``tree``, in ascending order (level by
-    level, so a worker's children come after it)."""
-    out, level = [head], [head]
-    while level:
-        level = [c for w in level for c in tree.children(w)]
-        out.extend(level)
-    return out
-
-
 def _local_floors(values: np.ndarray, span: int) -> np.ndarray:
     """Per column, each value's floor around its row: the highest, over the runs of
     ``span`` rows that hold it, of the least value in the run (a grey-scale opening:
@@ -586,8 +576,10 @@ def observe(
             excess[i, w] = max(at - mean_compute, 0.0)
             censored[i, w] = True
         if after is not None and own and tree is not None:
+            lost = {w for w, why in r.excluded.items() if why.startswith("lost")}
             for w, at in _subtrees_left_out(tree, r.ready_seconds).items():
-                after[i, w] = at
+                if lost.isdisjoint(tree.subtree(w)):  # (a lost worker was not slow)
+                    after[i, w] = at
     missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
     used = {w for r in timed for w in r.workers_used}
     untimed = [w for w in missing if w in used]
@@ -861,6 +853,8 @@ def typical_fit(obs: Observations) -> Fit:
             excess=obs.excess[:, typical],
             censored=obs.censored[:, typical],
             compute=obs.compute[:, typical],
+            tree=None,  # (some of its workers: no tree)
+            left_out_after=None,
         )
     )
 
@@ -903,9 +897,12 @@ class ResampledDelay:
     workers' delays are drawn together, each from its own other rounds, and kept only
     where the subtree comes out ready after the time it was left out at (rejection
     sampling over ``SUBTREE_DRAWS`` tries, its top worker and the fastest m − s children
-    of each parent below; where none does, the latest of the tries). Drawn unconditioned,
-    as before 2026-12-01, the slowest subtree's rounds looked like anyone's, and tune
-    picked 1.95x the best on alternating delays from such a run.
+    of each parent below; up to ``SUBTREE_KEPT`` kept, topped up with the latest of the
+    other tries where fewer come out after). Drawn unconditioned, as before 2026-12-01,
+    the slowest subtree's rounds looked like anyone's: from such a run on Pareto delays
+    at n = 64 tune picked 1.10x the best, now the best (docs/tuning.md). A machine the
+    run did without in every round of a stretch is still replayed from its other rounds:
+    how slow it was then is in none.
     """
 
     name: ClassVar[str] = "resampled"
@@ -961,10 +958,11 @@ class ResampledDelay:
         return cached
 
     def _subtree_fills(self) -> dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-        """Per recorded round, each subtree left out there: its workers, and up to
+        """Per recorded round, each subtree left out there: its workers, and
         ``SUBTREE_KEPT`` draws of their delays (each a row of values and of the rounds
-        they were drawn from) that come out ready after the subtree was left out. Drawn
-        once per replay, from a stream of its own; a replayed round picks one."""
+        they were drawn from), those that come out ready after the subtree was left out
+        first. Drawn when the replay is built, from a stream of its own (its reseeded
+        copies share them); a replayed round picks one."""
         obs, tree, after = self.obs, self.obs.tree, self.obs.left_out_after
         out: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         if tree is None or after is None:
@@ -974,7 +972,7 @@ class ResampledDelay:
         known = ~np.isnan(obs.excess)
         wait = tree.fanout - tree.s  # children each parent below level 1 waits for
         for i, head in zip(*np.nonzero(np.isfinite(after)), strict=True):
-            workers = _subtree(tree, int(head))
+            workers = list(tree.subtree(int(head)))
             drawn = np.empty((SUBTREE_DRAWS, len(workers)), dtype=np.int64)
             values = np.empty((SUBTREE_DRAWS, len(workers)))
             for j, w in enumerate(workers):
@@ -992,9 +990,13 @@ class ResampledDelay:
                 if kids:
                     fastest = np.sort(ready[:, kids], axis=1)[:, wait - 1]
                     ready[:, j] = np.maximum(ready[:, j], fastest)
-            late = np.flatnonzero(ready[:, 0] >= after[i, head])[:SUBTREE_KEPT]
-            if late.size == 0:  # beyond every try: the latest of them
-                late = np.argsort(ready[:, 0])[-SUBTREE_KEPT:]
+            # The tries that come out after the bound, topped up (where fewer than
+            # SUBTREE_KEPT do) with the latest of the rest: a round replayed from one or
+            # two draws would repeat them.
+            order = np.argsort(-ready[:, 0], kind="stable")
+            after_bound = np.flatnonzero(ready[:, 0] >= after[i, head])[:SUBTREE_KEPT]
+            rest = order[ready[order, 0] < after[i, head]][: SUBTREE_KEPT - after_bound.size]
+            late = np.concatenate([after_bound, rest])
             out.setdefault(int(i), []).append((np.asarray(workers), values[late], drawn[late]))
         return out
 

@@ -160,6 +160,15 @@ def test_numbering_parents_children_and_positions_agree(m: int, levels: int, roo
         assert shape.children(parent)[shape.position(worker)] == worker
         assert shape.level(worker) == (1 if parent == -1 else shape.level(parent) + 1)
         assert bool(shape.children(worker)) == (shape.level(worker) < levels)
+        # A subtree: the worker and everyone whose chain of parents reaches it, parents
+        # before children.
+        below = shape.subtree(worker)
+        assert below[0] == worker and list(below) == sorted(below)
+        for other in range(shape.n_workers):
+            up = other
+            while up not in (-1, worker):
+                up = shape.parent(up)
+            assert (other in below) == (up == worker)
 
 
 def test_a_group_with_more_than_s_stragglers_cannot_decode() -> None:

@@ -4,6 +4,8 @@ workers' other rounds. A worker done without for longer than chance gives: named
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -53,6 +55,13 @@ def test_a_left_out_subtree_came_after_every_worker_of_the_one_used() -> None:
         assert obs.left_out_after[i, head] == pytest.approx(max(ready.values()))
         # Only the heads of subtrees left out carry a bound (not leaves: censored).
         assert np.flatnonzero(np.isfinite(obs.left_out_after[i])).tolist() == [head]
+    # A subtree that lost a worker was not left out for being slow: no bound.
+    first = records[0]
+    [head] = [h for h in (0, 1) if h not in first.ready_seconds]
+    lost = dataclasses.replace(first, excluded={TREE.children(head)[0]: "lost: stream closed"})
+    again = observe([lost, *records[1:]], 8, tree=tree)
+    assert again.left_out_after is not None and np.isnan(again.left_out_after[0]).all()
+    assert np.isfinite(again.left_out_after[1:]).sum() == len(records) - 1
     # Not given the tree (or a star's run): no bounds, as before.
     assert observe(records, 8).left_out_after is None
     assert source_tree(Component("uncoded", {})) is None
@@ -145,19 +154,11 @@ def _done_without(shape: TreeShape, rounds: int, rng: np.random.Generator) -> Ob
                     used.add(c)
                     groups.append(shape.children(c))
                 elif shape.children(c):
-                    excess[i, _subtree_of(shape, c)] = np.nan
+                    excess[i, list(shape.subtree(c))] = np.nan
                 else:
                     censored[i, c] = True
     compute = np.where(np.isnan(excess) | censored, np.nan, 0.1)
     return Observations(excess, censored, compute, tree=shape)
-
-
-def _subtree_of(shape: TreeShape, head: int) -> list[int]:
-    out, level = [head], [head]
-    while level:
-        level = [c for w in level for c in shape.children(w)]
-        out.extend(level)
-    return out
 
 
 def test_stretches_count_rounds_done_without_and_skip_rounds_not_asked() -> None:
