@@ -12,7 +12,7 @@ one source job of each kind for ``--source-rounds`` rounds: uncoded (the star), 
 (s = 0: every worker's time reaches the coordinator), codedreduce (s = 1: a parent
 leaves out its slowest child: a leaf's time is then censored at its used sibling's, an
 inner node's not observed, its subtree replayed as the slowest of its group; with
-``--unconditioned`` as anyone's, as before 2026-11-30) and ring-allreduce.
+``--unconditioned`` as anyone's, as until commit f7458fe) and ring-allreduce.
 tune fits each and ranks every candidate, the topologies included, over the same stated
 link. The exhaustive search runs every candidate under the scenario's true delays and
 links. Reported per source: tune's pick, its true time over the best true time (goal
@@ -165,7 +165,7 @@ def main() -> None:
     p.add_argument(
         "--unconditioned",
         action="store_true",
-        help="replay a subtree codedreduce left out as before 2026-11-30: each worker's "
+        help="replay a subtree codedreduce left out as until commit f7458fe: each worker's "
         "other rounds, as if anyone's (for comparison)",
     )
     args = p.parse_args()

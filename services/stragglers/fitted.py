@@ -898,7 +898,7 @@ class ResampledDelay:
     where the subtree comes out ready after the time it was left out at (rejection
     sampling over ``SUBTREE_DRAWS`` tries, its top worker and the fastest m − s children
     of each parent below; up to ``SUBTREE_KEPT`` kept, topped up with the latest of the
-    other tries where fewer come out after). Drawn unconditioned, as before 2026-11-30,
+    other tries where fewer come out after). Drawn unconditioned, as until commit f7458fe,
     the slowest subtree's rounds looked like anyone's: from such a run on Pareto delays
     at n = 64 tune picked 1.10x the best, now the best (docs/tuning.md). A machine the
     run did without in every round of a stretch is still replayed from its other rounds:
