@@ -66,13 +66,25 @@ def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     n = args.n
     kinds = sources(n)
     stragglers = SCENARIOS[scenario](n)
-    cost = cost_for(n)
-    link = Link(cost.latency_seconds, cost.bandwidth_bytes_per_second)
+    nic = args.coordinator_bandwidth if math.isfinite(args.coordinator_bandwidth) else None
+    cost = cost_for(n).replace(
+        bandwidth_bytes_per_second=args.bandwidth,
+        ingress_bandwidth_bytes_per_second=nic,
+        egress_bandwidth_bytes_per_second=nic,
+    )
+    true_link = Link(cost.latency_seconds, args.bandwidth, args.coordinator_bandwidth)
+    # What tune is told: the true links, or (--unmodelled-coordinator) a coordinator that
+    # is never the bottleneck, as tune took it until this flag's commit.
+    told = Link(
+        cost.latency_seconds,
+        args.bandwidth,
+        math.inf if args.unmodelled_coordinator else args.coordinator_bandwidth,
+    )
     job = JobConfig(
         workers=n,
         rounds=args.source_rounds,
         seed=3,
-        data=Component("synthetic", {"rows": 200 * n, "dim": 50}),
+        data=Component("synthetic", {"rows": 200 * n, "dim": args.dim}),
         stragglers=stragglers,
         round_timeout=1e9,
     )
@@ -96,7 +108,7 @@ def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         repeats=args.repeats,
         delays=truth,
         cost=cost,
-        link=link,
+        link=true_link,
         hold=1,
     )
     true_time = {o.label: o.predicted for o in exhaustive}
@@ -115,7 +127,7 @@ def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             target_loss=target,
             rounds=args.rounds,
             repeats=args.repeats,
-            link=link,
+            link=told,
             jobs=args.jobs,
             network_in_delays=name not in TOPOLOGIES,
         )
@@ -167,6 +179,34 @@ def main() -> None:
         action="store_true",
         help="replay a subtree codedreduce left out as until commit f7458fe: each worker's "
         "other rounds, as if anyone's (for comparison)",
+    )
+    p.add_argument(
+        "--dim",
+        type=int,
+        default=50,
+        help="features of the synthetic problem: θ's values, 8 bytes each (default 50)",
+    )
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        default=1e9,
+        metavar="BYTES_PER_S",
+        help="every worker's link (default 1e9, bench_tune's)",
+    )
+    p.add_argument(
+        "--coordinator-bandwidth",
+        type=float,
+        default=math.inf,
+        metavar="BYTES_PER_S",
+        help="the coordinator's NIC each way, shared by all its messages, in the sources' "
+        "and the exhaustive search's cluster, and told to tune (default inf: unlimited, "
+        "bench_tune's)",
+    )
+    p.add_argument(
+        "--unmodelled-coordinator",
+        action="store_true",
+        help="tell tune the coordinator's NIC is unlimited whatever it is (tune's model "
+        "until --coordinator-bandwidth was added)",
     )
     args = p.parse_args()
     sources(args.n)  # (a size without a tree: said now)

@@ -818,6 +818,43 @@ def test_topologies_are_searched_over_a_stated_link_and_pay_its_hops() -> None:
         Link(-1.0, 1e9)
 
 
+def test_the_coordinators_nic_queues_a_stars_messages_which_a_tree_spreads() -> None:
+    """The coordinator's NIC carries all of a star's n copies of θ and n gradients, one
+    after another; a tree's root hears only its children. Over links where one message
+    (θ of 8 values, 64 bytes) takes 10 ms, from a run whose delays hold no network time:"""
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+
+    def rounds(coordinator: float | None) -> dict[str, float]:
+        out = search(
+            source, obs, tail, target_loss=-1.0, rounds=4, repeats=1,
+            policies=["uncoded", "tree"], link=Link(0.0, 6400.0, coordinator),
+            network_in_delays=False,
+        )  # fmt: skip
+        assert not [o.error for o in out if o.error]
+        return {o.label: float(np.mean(o.round_seconds)) for o in out}
+
+    deeper = [
+        "tree fanout=2 levels=2 root=4",
+        "tree fanout=3 levels=2",
+        "tree fanout=5 levels=2 root=2",
+    ]
+    unlimited, shared, faster = rounds(math.inf), rounds(None), rounds(5 * 6400.0)
+    # An unlimited coordinator: the star's n links work at once, and every hop a tree
+    # adds is a cost.
+    assert all(unlimited["uncoded"] < unlimited[t] for t in deeper), unlimited
+    # As fast as a worker's link (the default): twelve messages each way queue on it,
+    # and every two-level tree is ahead of the star.
+    assert shared["uncoded"] > unlimited["uncoded"] + 0.05, (shared, unlimited)
+    assert all(shared[t] < shared["uncoded"] for t in deeper), shared
+    # A coordinator five times faster than its workers' links: the star again.
+    assert all(faster["uncoded"] < faster[t] for t in deeper), faster
+    with pytest.raises(ConfigError, match="coordinator's bandwidth"):
+        Link(0.001, 1e9, 0.0)
+    assert Link(0.001, 1e9).to_dict()["coordinator_bandwidth_bytes_per_second"] == 1e9
+    assert Link(0.001, 1e9, math.inf).to_dict()["coordinator_bandwidth_bytes_per_second"] is None
+
+
 def test_lazy_candidates_wait_for_fewer_workers_and_are_predicted_as_they_run() -> None:
     # The source: uncoded at n = 12 with exponential delays. g-lag's rounds contact only
     # the groups whose trigger fires and use each one's first arrival: fewer computations
@@ -868,6 +905,10 @@ def test_tune_wants_both_link_flags_or_neither(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("{}")
     done = _cli("tune", "x.json", "--link-latency", "0.001", cwd=tmp_path)
     assert done.returncode == 2 and "--link-bandwidth" in done.stderr
+    assert "Traceback" not in done.stderr
+    # The coordinator's NIC is part of the links: alone it says so.
+    done = _cli("tune", "x.json", "--coordinator-bandwidth", "1e9", cwd=tmp_path)
+    assert done.returncode == 2 and "give --link-latency and --link-bandwidth too" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -1200,6 +1241,12 @@ def test_tune_fits_a_topology_run_from_its_workers_own_times_over_the_stated_lin
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["timings"] == "own"
+    # The links every candidate paid, the coordinator's NIC as fast as a worker's link.
+    assert json.loads(done.stdout)["link"] == {
+        "latency_seconds": 0.0002,
+        "bandwidth_bytes_per_second": 1.25e9,
+        "coordinator_bandwidth_bytes_per_second": 1.25e9,
+    }
     for record in doc["rounds"]:
         record.pop("ready_seconds")  # as a file of an older version
     (tmp_path / "old.json").write_text(json.dumps(doc))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -174,6 +175,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="BYTES_PER_S",
         help="one worker's link bandwidth, bytes/s (inf: free); give both or neither",
     )
+    link.add_argument(
+        "--coordinator-bandwidth",
+        type=float,
+        metavar="BYTES_PER_S",
+        help="the coordinator's NIC, bytes/s each way, shared by every message it sends or "
+        "receives: a star's n copies of θ and n gradients queue on it, a tree's root hears "
+        "only its children (default: as fast as a worker's link, measured or stated; inf: "
+        "unlimited)",
+    )
     p.add_argument(
         "--lr",
         action="append",
@@ -254,7 +264,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError(
             "give both --link-latency and --link-bandwidth (the links between workers), or neither"
         )
-    link = Link(args.link_latency, args.link_bandwidth) if args.link_latency is not None else None
+    if args.coordinator_bandwidth is not None and not (
+        args.link_latency is not None or args.probe_links
+    ):
+        raise ConfigError(
+            "--coordinator-bandwidth goes with the links it is part of: give "
+            "--link-latency and --link-bandwidth too, or --probe-links"
+        )
+    link = (
+        Link(args.link_latency, args.link_bandwidth, args.coordinator_bandwidth)
+        if args.link_latency is not None
+        else None
+    )
     _check_outputs(args)
     if args.write_auto and args.policy and not set(args.policy) & set(GROUP_POLICIES):
         raise ConfigError(
@@ -278,7 +299,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     job_doc, summary, records = read_result_file(args.results)  # (read before the links)
     fitted_link = _probe_links(args) if args.probe_links else None
     if fitted_link is not None:
-        link = fitted_link.link
+        link = dataclasses.replace(
+            fitted_link.link, coordinator_bandwidth_bytes_per_second=args.coordinator_bandwidth
+        )
     failed = summary.get("error")
     if failed:
         print(
@@ -451,17 +474,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
             # time in them: every candidate paid the stated links); "arrivals": a star's.
             "timings": "own" if own_times else "arrivals",
             # the links topology candidates paid: measured (--probe-links), or stated
+            # (null bandwidths: unlimited)
             "link": (
-                fitted_link.to_dict()
-                if fitted_link is not None
-                else (
-                    {
-                        "latency_seconds": link.latency_seconds,
-                        "bandwidth_bytes_per_second": link.bandwidth_bytes_per_second,
-                    }
-                    if link is not None and math.isfinite(link.bandwidth_bytes_per_second)
-                    else None
-                )
+                {**(fitted_link.to_dict() if fitted_link is not None else {}), **link.to_dict()}
+                if link is not None
+                else None
             ),
             "slowness": [float(s) for s in slowness],
             "load_slowness": [float(s) for s in load_slowness],

@@ -31,7 +31,10 @@ with a stated :class:`Link`: their messages travel between workers, hop after ho
 result file's delays cannot tell the links' time from the straggling. Their candidates
 replay the same delays (which hold the source's own round trip, so the topologies' hops
 come on top of it: a conservative prediction) and pay the link's latency and bandwidth
-on every hop.
+on every hop, and the coordinator's NIC (:attr:`Link.coordinator_rate`) on what reaches or
+leaves it: a tree's root hears its children one after another. From a ring's or tree's
+run the star candidates pay the same links, the coordinator's n messages each way
+queued on its NIC; from a star's run its recorded arrivals already hold that queue.
 
 The lazy policies searched are those that save the star time with links that cost
 nothing: lag-ps, g-lag and lagc contact only the workers (or groups) whose trigger fires,
@@ -288,10 +291,20 @@ def source_tree(policy: Component) -> TreeShape | None:
 
 @dataclass(frozen=True)
 class Link:
-    """The links between workers that topology candidates pay for, hop by hop."""
+    """The links that topology candidates pay for, hop by hop, and the coordinator's NIC.
+
+    Each worker's link has ``latency_seconds`` and ``bandwidth_bytes_per_second``. The
+    coordinator is a machine too: every message it sends or receives shares its one NIC,
+    of ``coordinator_bandwidth_bytes_per_second`` each way (None: as fast as a worker's
+    link, as in a cluster of one instance type; inf: unlimited, the coordinator's side
+    never the bottleneck). A star's n copies of θ then leave it one after another and its
+    n gradients arrive one after another, where a tree's root hears only its children:
+    what a tree saves.
+    """
 
     latency_seconds: float
     bandwidth_bytes_per_second: float
+    coordinator_bandwidth_bytes_per_second: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.latency_seconds) and self.latency_seconds >= 0):
@@ -303,6 +316,41 @@ class Link:
                 "the link's bandwidth must be a number of bytes/s > 0 (inf: free), got "
                 f"{self.bandwidth_bytes_per_second!r}"
             )
+        coordinator = self.coordinator_bandwidth_bytes_per_second
+        if coordinator is not None and not coordinator > 0:
+            raise ConfigError(
+                "the coordinator's bandwidth must be a number of bytes/s > 0 (inf: "
+                f"unlimited), got {coordinator!r}"
+            )
+
+    @property
+    def coordinator_rate(self) -> float:
+        """The coordinator NIC's bytes/s each way (inf: unlimited)."""
+        coordinator = self.coordinator_bandwidth_bytes_per_second
+        return self.bandwidth_bytes_per_second if coordinator is None else coordinator
+
+    def charged(self, cost: CostModel) -> CostModel:
+        """``cost`` with these links: every hop's latency and bandwidth, and the
+        coordinator's NIC as its shared ingress and egress."""
+        shared = self.coordinator_rate if math.isfinite(self.coordinator_rate) else None
+        return cost.replace(
+            latency_seconds=self.latency_seconds,
+            bandwidth_bytes_per_second=self.bandwidth_bytes_per_second,
+            ingress_bandwidth_bytes_per_second=shared,
+            egress_bandwidth_bytes_per_second=shared,
+        )
+
+    def to_dict(self) -> dict[str, float | None]:
+        """For JSON, which has no inf: null is unlimited."""
+
+        def rate(value: float) -> float | None:
+            return value if math.isfinite(value) else None
+
+        return {
+            "latency_seconds": self.latency_seconds,
+            "bandwidth_bytes_per_second": rate(self.bandwidth_bytes_per_second),
+            "coordinator_bandwidth_bytes_per_second": rate(self.coordinator_rate),
+        }
 
 
 LISTED = 8
@@ -584,14 +632,7 @@ def search(
             latency_seconds=0.0,
             bandwidth_bytes_per_second=math.inf,
         )
-    over_link = (
-        cost.replace(
-            latency_seconds=link.latency_seconds,
-            bandwidth_bytes_per_second=link.bandwidth_bytes_per_second,
-        )
-        if link is not None
-        else cost
-    )
+    over_link = link.charged(cost) if link is not None else cost
     if not network_in_delays:
         cost = over_link
     lrs = step_sizes(steps) if steps else [source.optimizer.get("lr", "auto")]
