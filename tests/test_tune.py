@@ -912,6 +912,31 @@ def test_tune_wants_both_link_flags_or_neither(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_tune_says_when_a_star_runs_arrivals_hold_the_coordinators_queue(
+    tmp_path: Path,
+) -> None:
+    """Six workers, θ of 500 values (4 kB) over 25 kB/s links and a coordinator NIC of
+    the same rate: θ's six copies take about a second to leave it, and each worker's
+    recorded delay holds its place in that queue. Told those links, tune says so."""
+    done = _cli(
+        "simulate", "-n", "6", "-r", "5", "--data-opt", "rows=600", "--data-opt", "dim=500",
+        "--bandwidth", "25e3", "--ingress-bandwidth", "25e3", "--egress-bandwidth", "25e3",
+        "--no-progress", "-o", "star.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    tune = ["tune", "star.json", "--no-progress", "--repeats", "1", "--policy", "uncoded"]
+    slow = ["--link-latency", "0.0002", "--link-bandwidth", "25e3"]
+    done = _cli(*tune, *slow, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "the coordinator's NIC (0.025 MB/s each way) needs 0.96 s a round" in done.stderr
+    assert "a worker late in it looks slower than it is" in done.stderr
+    # A coordinator said to be unlimited, or links fast enough: nothing to say.
+    for links in ([*slow, "--coordinator-bandwidth", "inf"], [*slow[:3], "1.25e9"]):
+        done = _cli(*tune, *links, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "coordinator's NIC" not in done.stderr, done.stderr
+
+
 def test_a_dip_below_the_target_is_not_reaching_it_only_a_stay_is() -> None:
     # An approximate rule near its noise floor: its loss touches the target at round 2
     # and goes back above; from round 4 on it stays there. The search counts round 4

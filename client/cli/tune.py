@@ -19,11 +19,13 @@ from codedgd.client.cli.options import (
 from codedgd.services.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
 
     from codedgd.services.job import JobConfig
     from codedgd.services.records import RoundRecord
-    from codedgd.services.tuning import LinkFit, Observations
+    from codedgd.services.tuning import Link, LinkFit, Observations
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -348,6 +350,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if source.policy.name == "codedreduce":
             _note_unobserved(args.results, obs.excess)
         went_without = _went_without(args.results, obs)
+        if link is not None and not own_times:
+            _note_coordinator_queue(args.results, records, link)
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
@@ -660,6 +664,7 @@ def _write(path: str, job: Any, source: str, why: str = "", flag: str = "--write
 
 _SECTIONS = ("job", "data", "model", "policy", "optimizer", "stragglers")
 UNOBSERVED_NOTE = 0.1  # of a topology run's worker-rounds not observed: said so above this
+COORDINATOR_QUEUE_NOTE = 0.1  # of a star run's median round on the coordinator's NIC: said
 
 
 def _note_unobserved(path: str, excess: np.ndarray) -> None:
@@ -677,6 +682,33 @@ def _note_unobserved(path: str, excess: np.ndarray) -> None:
             "each worker's other rounds, kept only where the subtree comes out slower than "
             "the ones used, which is a guess; a run of tree, ring-allreduce or uncoded on "
             "the same pool observes every worker",
+            file=sys.stderr,
+        )
+
+
+def _note_coordinator_queue(path: str, records: Sequence[RoundRecord], link: Link) -> None:
+    """Say so when, at the links, the coordinator's NIC took a good part of a star run's
+    rounds: its arrivals then hold the queue, each worker's place in it as part of its
+    delay, and a worker late in it looks like a slower machine."""
+    import numpy as np
+
+    rate = link.coordinator_rate
+    timed = [r for r in records if r.response_seconds and r.round_seconds > 0]
+    if not timed or not math.isfinite(rate):
+        return
+    # (full duplex: θ going out and gradients coming in share no side; the busier one)
+    queue = float(np.median([max(r.bytes_down, r.bytes_up) / rate for r in timed]))
+    round_s = float(np.median([r.round_seconds for r in timed]))
+    if queue > COORDINATOR_QUEUE_NOTE * round_s:
+        print(
+            f"codedgd tune: note: at the links, the coordinator's NIC "
+            f"({rate / 1e6:.4g} MB/s each way) needs {queue:.3g} s a round to send θ to "
+            f"the workers or take their gradients in, against {path}'s median round of "
+            f"{round_s:.3g} s. A star run's "
+            "arrivals hold that queue, each worker's place in it as part of its delay: a "
+            "worker late in it looks slower than it is (tune may take it for a slower "
+            "machine, and hetero give it less data). A run of tree or ring-allreduce on "
+            "the same pool times every worker without it (its workers' own times)",
             file=sys.stderr,
         )
 
