@@ -19,10 +19,17 @@ links. Reported per source: tune's pick, its true time over the best true time (
 <= 1.10, as bench_tune's), and over tune's ten best-ranked candidates how far its
 predicted times are from their true ones (predicted / true, lowest and highest).
 
+A congested coordinator: ``--dim``, ``--bandwidth`` and ``--coordinator-bandwidth`` (its
+NIC, shared by all its messages, in the sources' cluster and the exhaustive search, and
+told to tune, which then takes θ's queue out of a star source's arrivals); with
+``--unmodelled-coordinator`` tune is told it is unlimited, its model until that commit.
+
     python -m bench.bench_tune_topology_source
     python -m bench.bench_tune_topology_source --scenario pareto --scenario few-slow
     python -m bench.bench_tune_topology_source --n 30
     python -m bench.bench_tune_topology_source --n 16 --source codedreduce --unconditioned
+    python -m bench.bench_tune_topology_source --n 16 --dim 500 --bandwidth 25e3 \
+        --coordinator-bandwidth 25e3 --source uncoded --source tree
 """
 
 from __future__ import annotations
@@ -119,7 +126,11 @@ def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         records = star if name == "uncoded" else simulate(source, cost).records
         started = time.perf_counter()
         tree = None if args.unconditioned else source_tree(kinds[name])
-        seen = observe(records, n, tree=tree)
+        # As tune does: a star's arrivals lose θ's queue on the coordinator's NIC, which
+        # every star candidate's rounds put back (none when told it is unlimited).
+        star_source = name not in TOPOLOGIES and math.isfinite(told.coordinator_rate)
+        egress = told.coordinator_rate if star_source else None
+        seen = observe(records, n, tree=tree, coordinator_egress=egress)
         picked = search(
             source,
             seen,

@@ -937,6 +937,40 @@ def test_tune_says_when_a_star_runs_arrivals_hold_the_coordinators_queue(
         assert "coordinator's NIC" not in done.stderr, done.stderr
 
 
+def test_thetas_queue_at_the_coordinator_is_a_place_in_it_not_a_slower_machine() -> None:
+    """Eight equal workers; θ (500 values, 4 kB) leaves the coordinator's NIC at 400 kB/s,
+    a copy every 10 ms in worker order: worker 7's arrivals are 70 ms later than worker
+    0's every round. Read as recorded, the last workers are slower machines; with the
+    queue taken out, every worker is typical, and a star candidate's replay puts the
+    queue back in its own rounds."""
+    job = JobConfig(
+        workers=8,
+        rounds=30,
+        seed=4,
+        data=Component("synthetic", {"rows": 800, "dim": 500}),
+        stragglers=Component("exponential", {"mean": 0.005}),
+    )
+    cost = CostModel.ideal().replace(
+        compute="model", seconds_per_sample=1e-5, egress_bandwidth_bytes_per_second=4e5
+    )
+    records = simulate(job, cost).records
+    as_recorded, queue_out = observe(records, 8), observe(records, 8, coordinator_egress=4e5)
+    late = np.median(as_recorded.excess, axis=0)
+    assert late[7] - late[0] == pytest.approx(0.07, abs=0.01)
+    assert as_recorded.load_slowness().max() > 10  # (taken for a far slower machine)
+    assert np.ptp(np.median(queue_out.excess, axis=0)) < 0.005
+    np.testing.assert_array_equal(queue_out.load_slowness(), 1.0)
+    assert queue_out.coordinator_egress == 4e5
+    [out] = search(
+        job, queue_out, fit_delays(queue_out).best, target_loss=-1.0, rounds=10, repeats=1,
+        policies=["uncoded"],
+    )  # fmt: skip
+    true_round = float(np.median([r.round_seconds for r in records]))
+    assert float(np.median(out.round_seconds)) == pytest.approx(true_round, rel=0.15)
+    with pytest.raises(ConfigError, match="coordinator's egress"):
+        observe(records, 8, coordinator_egress=0.0)
+
+
 def test_a_dip_below_the_target_is_not_reaching_it_only_a_stay_is() -> None:
     # An approximate rule near its noise floor: its loss touches the target at round 2
     # and goes back above; from round 4 on it stays there. The search counts round 4

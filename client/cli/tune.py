@@ -342,7 +342,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "1.25e9 for a 10 Gb/s network), or measure them on the pool (--probe-links "
             "--coordinator HOST:PORT)"
         )
-    obs = observe(records, n, tree=source_tree(source.policy))
+    # A star's arrivals at a congested coordinator hold each worker's place among θ's
+    # copies: taken out (and put back in every star candidate's own rounds).
+    egress = (
+        link.coordinator_rate
+        if link is not None and not own_times and math.isfinite(link.coordinator_rate)
+        else None
+    )
+    obs = observe(records, n, tree=source_tree(source.policy), coordinator_egress=egress)
     went_without: dict[str, int] = {}  # (a trace: its holes say nothing of who was slow)
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
@@ -705,10 +712,13 @@ def _note_coordinator_queue(path: str, records: Sequence[RoundRecord], link: Lin
             f"({rate / 1e6:.4g} MB/s each way) needs {queue:.3g} s a round to send θ to "
             f"the workers or take their gradients in, against {path}'s median round of "
             f"{round_s:.3g} s. A star run's "
-            "arrivals hold that queue, each worker's place in it as part of its delay: a "
-            "worker late in it looks slower than it is (tune may take it for a slower "
-            "machine, and hetero give it less data). A run of tree or ring-allreduce on "
-            "the same pool times every worker without it (its workers' own times)",
+            "arrivals hold that queue, each worker's place in it as part of its delay. "
+            "tune takes θ's part out (each worker's place among the copies, sent in "
+            "worker order at that rate) and puts it back in every star candidate's own "
+            "rounds; the gradients' part, which follows who was ready first, stays in the "
+            "delays. If the coordinator sent θ otherwise, a worker late in it looks "
+            "slower than it is. A run of tree or ring-allreduce on the same pool times "
+            "every worker without it (its workers' own times)",
             file=sys.stderr,
         )
 

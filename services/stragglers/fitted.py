@@ -104,16 +104,26 @@ class Observations:
     # delays conditioned on it (:class:`ResampledDelay`). None: no tree, or not known.
     tree: TreeShape | None = None
     left_out_after: np.ndarray | None = None
+    # bool, where a worker was lost (its stream closed, its machine gone: ``excluded``
+    # "lost…"), in a tree it or a worker above it: such a round says nothing of its
+    # speed. None: none recorded.
+    lost: np.ndarray | None = None
+    # The coordinator's egress (bytes/s) whose queue was taken out of a star run's
+    # delays (:func:`observe` given ``coordinator_egress``): each worker's place among
+    # the copies of θ. A replay's star rounds put it back, in their own contacts.
+    # None: the delays hold it, as recorded.
+    coordinator_egress: float | None = None
 
     def rows_at(self, rows: np.ndarray) -> Observations:
         """These observations' rounds ``rows`` (any order, repeats allowed)."""
-        after = self.left_out_after
+        after, lost = self.left_out_after, self.lost
         return replace(
             self,
             excess=self.excess[rows],
             censored=self.censored[rows],
             compute=self.compute[rows],
             left_out_after=None if after is None else after[rows],
+            lost=None if lost is None else lost[rows],
         )
 
     @property
@@ -144,12 +154,15 @@ class Observations:
         unanswered: np.ndarray = self.censored.copy()
         if self.tree is not None:
             unanswered |= np.isnan(self.excess)
+        if self.lost is not None:
+            unanswered &= ~self.lost
         return unanswered
 
     def unanswered_stretch(self) -> np.ndarray:
         """Each worker's most rounds in a row it was done without (cancelled, left out,
-        in a subtree left out), not counting rounds it was not asked: a stretch whose
-        delays the run does not hold, only bounds at best."""
+        in a subtree left out), not counting rounds it was not asked or was lost in
+        (:attr:`lost`): a stretch whose delays the run does not hold, only bounds at
+        best."""
         unanswered = self._unanswered()
         answered = ~np.isnan(self.excess) & ~self.censored
         longest = np.zeros(self.n_workers, dtype=np.int64)
@@ -518,9 +531,17 @@ def observe(
     n_workers: int,
     min_rounds: int = MIN_ROUNDS,
     tree: TreeShape | None = None,
+    coordinator_egress: float | None = None,
 ) -> Observations:
     """The timings of ``records`` (a run of ``n_workers``), checked to be enough to fit
     (``min_rounds`` rounds with per-worker response times).
+
+    ``coordinator_egress`` (bytes/s), for a star's run: the coordinator sent θ_t's copies
+    one after another, in worker order, at that rate, and the k-th worker asked got its
+    copy k·bytes/rate after the round began; that much is taken out of its excess (a
+    place in a queue, not a slower worker). A replay's star rounds put the queue back
+    (:attr:`Observations.coordinator_egress`). The copy's bytes are the round's
+    ``bytes_down`` over the workers asked.
 
     A ring's or tree's round (``ready_seconds``: each worker's own time from θ_t to its
     message ready) gives each timed worker's excess as that time less its compute: its
@@ -547,6 +568,9 @@ def observe(
             f"{n_workers}: the records are of another job"
         )
     after = np.full((len(timed), n_workers), np.nan) if tree is not None else None
+    lost = np.zeros((len(timed), n_workers), dtype=bool)
+    if coordinator_egress is not None and not coordinator_egress > 0:
+        raise ConfigError(f"the coordinator's egress must be bytes/s > 0, got {coordinator_egress}")
     for i, r in enumerate(timed):
         own = bool(r.ready_seconds)  # a ring's or tree's round: its workers' own times
         times = r.ready_seconds if own else r.response_seconds
@@ -575,11 +599,21 @@ def observe(
         for w, at in bounds.items():
             excess[i, w] = max(at - mean_compute, 0.0)
             censored[i, w] = True
+        gone = {w for w, why in r.excluded.items() if why.startswith("lost")}
+        for w in gone:
+            if 0 <= w < n_workers:
+                below = tree.subtree(w) if tree is not None else (w,)
+                lost[i, [v for v in below if np.isnan(excess[i, v])]] = True
         if after is not None and own and tree is not None:
-            lost = {w for w, why in r.excluded.items() if why.startswith("lost")}
             for w, at in _subtrees_left_out(tree, r.ready_seconds).items():
-                if lost.isdisjoint(tree.subtree(w)):  # (a lost worker was not slow)
+                if gone.isdisjoint(tree.subtree(w)):  # (a lost worker was not slow)
                     after[i, w] = at
+        if coordinator_egress is not None and not own:
+            asked = np.flatnonzero(~np.isnan(excess[i]))
+            if asked.size:
+                copy_s = r.bytes_down / asked.size / coordinator_egress
+                queued = np.arange(1, asked.size + 1) * copy_s
+                excess[i, asked] = np.maximum(excess[i, asked] - queued, 0.0)
     missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
     used = {w for r in timed for w in r.workers_used}
     untimed = [w for w in missing if w in used]
@@ -607,7 +641,15 @@ def observe(
             f"{len(timed)} timed rounds (neither answered nor cancelled): the records are "
             "of a run that did not use them; record one where every worker is contacted"
         )
-    return Observations(excess, censored, compute, tree=tree, left_out_after=after)
+    return Observations(
+        excess,
+        censored,
+        compute,
+        tree=tree,
+        left_out_after=after,
+        lost=lost if lost.any() else None,
+        coordinator_egress=coordinator_egress,
+    )
 
 
 def _subtrees_left_out(tree: TreeShape, ready: Mapping[int, float]) -> dict[int, float]:
@@ -855,6 +897,7 @@ def typical_fit(obs: Observations) -> Fit:
             compute=obs.compute[:, typical],
             tree=None,  # (some of its workers: no tree)
             left_out_after=None,
+            lost=None,
         )
     )
 

@@ -34,7 +34,10 @@ come on top of it: a conservative prediction) and pay the link's latency and ban
 on every hop, and the coordinator's NIC (:attr:`Link.coordinator_rate`) on what reaches or
 leaves it: a tree's root hears its children one after another. From a ring's or tree's
 run the star candidates pay the same links, the coordinator's n messages each way
-queued on its NIC; from a star's run its recorded arrivals already hold that queue.
+queued on its NIC; from a star's run its recorded arrivals already hold that queue, and
+θ's part of it, each worker's place among the copies, is taken out of the delays
+(:func:`~codedgd.services.stragglers.fitted.observe` given ``coordinator_egress``) and
+put back by every star candidate's own rounds.
 
 The lazy policies searched are those that save the star time with links that cost
 nothing: lag-ps, g-lag and lagc contact only the workers (or groups) whose trigger fires,
@@ -633,6 +636,10 @@ def search(
             bandwidth_bytes_per_second=math.inf,
         )
     over_link = link.charged(cost) if link is not None else cost
+    if network_in_delays and obs.coordinator_egress is not None:
+        # θ's queue on the coordinator's NIC was taken out of the delays: each star
+        # candidate's rounds queue their own copies again.
+        cost = cost.replace(egress_bandwidth_bytes_per_second=obs.coordinator_egress)
     if not network_in_delays:
         cost = over_link
     lrs = step_sizes(steps) if steps else [source.optimizer.get("lr", "auto")]

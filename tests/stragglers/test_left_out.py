@@ -173,6 +173,70 @@ def test_stretches_count_rounds_done_without_and_skip_rounds_not_asked() -> None
     assert tree.unanswered_stretch().tolist() == [4, 1]
 
 
+def test_rounds_a_worker_was_lost_are_not_rounds_it_was_done_without() -> None:
+    """A worker lost (its stream closed, its machine gone) is not timed, in a tree as if
+    left out; those rounds say nothing of its speed, nor of the workers below it, whose
+    messages went through it: they neither count toward a stretch nor break one."""
+    policy = Component("codedreduce", {"fanout": 3, "root": 2, "s": 1})
+    job = JobConfig(
+        workers=8,
+        rounds=40,
+        seed=5,
+        policy=policy,
+        data=Component("synthetic", {"rows": 400, "dim": 5}),
+        stragglers=Component("exponential", {"mean": 0.02}),
+    )
+    records = simulate(job, CostModel()).records
+
+    def lose(r, worker: int):  # type: ignore[no-untyped-def]
+        gone = set(TREE.subtree(worker))
+        return dataclasses.replace(
+            r,
+            ready_seconds={w: s for w, s in r.ready_seconds.items() if w not in gone},
+            left_out_seconds={w: s for w, s in r.left_out_seconds.items() if w not in gone},
+            workers_used=tuple(w for w in r.workers_used if w not in gone),
+            excluded={worker: "lost: stream closed"},
+        )
+
+    # Leaf 5 lost from round 10 on.
+    lossy = [lose(r, 5) if r.round >= 10 else r for r in records]
+    obs = observe(lossy, 8, tree=TREE)
+    assert obs.lost is not None
+    assert obs.lost[10:, 5].all() and not obs.lost[:10, 5].any()
+    assert not np.delete(obs.lost, 5, axis=1).any()
+    # Its stretch is that of the rounds it was not lost in; the others' are unchanged.
+    stretch = obs.unanswered_stretch()
+    assert stretch[5] == observe(records[:10], 8, tree=TREE).unanswered_stretch()[5]
+    assert (
+        np.delete(stretch, 5).tolist()
+        == np.delete(observe(records, 8, tree=TREE).unanswered_stretch(), 5).tolist()
+    )
+    # Counted as done without (the version before), its 30 rounds lost would be beyond
+    # chance (22 rounds for a leaf here) and it would be named; it is not.
+    assert stretch[5] <= 10 and obs.chance_stretch()[5] == 22
+    assert not (stretch >= obs.chance_stretch()).any()
+    # A level-1 worker lost in a round its parent did without it: everyone below it
+    # too (their messages went through it), not those timed.
+    out = [i for i, r in enumerate(records) if 1 not in r.ready_seconds]
+    headless = [
+        dataclasses.replace(r, excluded={1: "lost: stream closed"}) if i in out else r
+        for i, r in enumerate(records)
+    ]
+    marked = observe(headless, 8, tree=TREE).lost
+    assert marked is not None
+    assert marked[out][:, [1, 5, 6, 7]].all() and not marked[out][:, [0, 2, 3, 4]].any()
+    assert not np.delete(marked, out, axis=0).any()
+    before = observe(records, 8, tree=TREE).unanswered_stretch()
+    after = observe(headless, 8, tree=TREE).unanswered_stretch()
+    # Worker 1 was done without only when lost; its leaves still when 1 left them out.
+    assert after[1] == 0 < before[1]
+    assert (after[[5, 6, 7]] <= before[[5, 6, 7]]).all()
+    assert (after[[0, 2, 3, 4]] == before[[0, 2, 3, 4]]).all()
+    # The rows resampled keep it.
+    assert obs.rows_at(np.arange(10, 20)).lost is not None
+    assert obs.rows_at(np.arange(10, 20)).unanswered_stretch()[5] == 0
+
+
 def test_equal_workers_are_seldom_said_to_be_done_without_beyond_chance() -> None:
     """The limit is set so that in 19 runs of 20 no equal worker goes beyond it."""
     shape = TreeShape(fanout=3, levels=2, s=1, root=4)  # 4 × (1 + 3)
