@@ -45,7 +45,7 @@ from codedgd.services.tuning import (
     search,
     step_sizes,
 )
-from codedgd.services.tuning.search import searched_trees
+from codedgd.services.tuning.search import searched_trees, star_round_trip
 
 
 def _censored_sample(draw, rounds: int = 400, n: int = 10, keep: int = 7, seed: int = 0):
@@ -969,6 +969,38 @@ def test_thetas_queue_at_the_coordinator_is_a_place_in_it_not_a_slower_machine()
     assert float(np.median(out.round_seconds)) == pytest.approx(true_round, rel=0.15)
     with pytest.raises(ConfigError, match="coordinator's egress"):
         observe(records, 8, coordinator_egress=0.0)
+
+
+def test_from_a_star_run_a_trees_hops_replace_the_stars_round_trip() -> None:
+    """A star run over 50 ms links: every recorded response holds 0.1 s of round trip.
+    A tree of 2 × (1 + 3) pays four hops a round (θ down two levels, the sums up two);
+    replayed from the star's delays it pays them instead of the star's round trip, not
+    on top of it (which put it 0.1 s a round slower than it runs)."""
+    job = JobConfig(
+        workers=8,
+        rounds=30,
+        seed=4,
+        data=Component("synthetic", {"rows": 800, "dim": 8}),
+        stragglers=Component("exponential", {"mean": 0.02}),
+    )
+    cost = CostModel.ideal().replace(compute="model", seconds_per_sample=1e-5, latency_seconds=0.05)
+    star = simulate(job, cost).records
+    tree = simulate(job.replace(policy=Component("tree", {"fanout": 3, "root": 2})), cost)
+    obs = observe(star, 8)
+    predicted = {
+        o.label: float(np.median(o.round_seconds))
+        for o in search(
+            job, obs, fit_delays(obs).best, target_loss=-1.0, rounds=10, repeats=1,
+            policies=["uncoded", "tree"], link=Link(0.05, math.inf),
+        )
+    }  # fmt: skip
+    true_tree = float(np.median([r.round_seconds for r in tree.records]))
+    true_star = float(np.median([r.round_seconds for r in star]))
+    assert predicted["tree fanout=3 levels=2 root=2"] == pytest.approx(true_tree, rel=0.05)
+    assert predicted["uncoded"] == pytest.approx(true_star, rel=0.05)
+    # What the star's delays held, per worker and round: two hops of 50 ms.
+    trip = star_round_trip(obs, Link(0.05, math.inf), 64)
+    np.testing.assert_allclose(trip, 0.1)
 
 
 def test_a_dip_below_the_target_is_not_reaching_it_only_a_stay_is() -> None:

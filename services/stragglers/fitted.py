@@ -473,6 +473,13 @@ class Observations:
                 excess[i, w] = float(np.median(lifted))
         return replace(self, excess=excess, censored=censored)
 
+    def less(self, seconds: np.ndarray) -> Observations:
+        """These observations with ``seconds`` (rounds × workers) taken out of every
+        value, timed or a bound, and none below 0: network time a replay charges
+        otherwise (a star run's round trip, which topology candidates pay hop by hop)."""
+        excess = np.where(np.isnan(self.excess), np.nan, np.maximum(self.excess - seconds, 0.0))
+        return replace(self, excess=excess)
+
     def without(self, before: Mapping[int, int]) -> Observations:
         """These observations without worker w's values in the rows before ``before[w]``:
         another machine's, the place's holder until it was replaced. NaN there, as where

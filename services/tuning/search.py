@@ -29,8 +29,9 @@ slower wait explains (its delays spread wider: that part stays at any load), and
 The worker-to-worker topologies (ring all-reduce, trees, CodedReduce) are searched only
 with a stated :class:`Link`: their messages travel between workers, hop after hop, and a
 result file's delays cannot tell the links' time from the straggling. Their candidates
-replay the same delays (which hold the source's own round trip, so the topologies' hops
-come on top of it: a conservative prediction) and pay the link's latency and bandwidth
+replay the same delays less the source's own round trip at that link
+(:func:`star_round_trip`: θ's hop down and one gradient's back; until 2026-11-30 it
+stayed in, and the hops came on top of it), and pay the link's latency and bandwidth
 on every hop, and the coordinator's NIC (:attr:`Link.coordinator_rate`) on what reaches or
 leaves it: a tree's root hears its children one after another. From a ring's or tree's
 run the star candidates pay the same links, the coordinator's n messages each way
@@ -79,7 +80,7 @@ from codedgd.services.policies.registry import create
 from codedgd.services.policies.tree import CodedReduce
 from codedgd.services.records import RoundRecord
 from codedgd.services.sim.cost import CostModel
-from codedgd.services.sim.engine import rows_per_round
+from codedgd.services.sim.engine import FLOAT_BYTES, rows_per_round
 from codedgd.services.sim.engines import make_simulator
 from codedgd.services.stragglers import StragglerModel
 from codedgd.services.stragglers.fitted import (
@@ -354,6 +355,26 @@ class Link:
             "bandwidth_bytes_per_second": rate(self.bandwidth_bytes_per_second),
             "coordinator_bandwidth_bytes_per_second": rate(self.coordinator_rate),
         }
+
+
+def star_round_trip(obs: Observations, link: Link, theta_bytes: int) -> np.ndarray:
+    """The network time (rounds × workers) a star run's recorded delays hold at
+    ``link``, beyond what :func:`~codedgd.services.stragglers.fitted.observe` took out:
+    θ down (one hop, λ + b/β, less θ's queue on the coordinator's NIC where that was
+    taken out: the k-th worker asked waited k·b/R there, and its own hop overlaps it)
+    and one gradient of as many bytes back (λ + b/β). The gradients' queue into the
+    coordinator's NIC is not in it: it follows who was ready first."""
+    hop = theta_bytes / link.bandwidth_bytes_per_second
+    out = np.zeros(obs.excess.shape)
+    egress = obs.coordinator_egress
+    for i, row in enumerate(obs.excess):
+        asked = np.flatnonzero(~np.isnan(row))
+        down = np.full(asked.size, hop)
+        if egress is not None:
+            queued = np.arange(1, asked.size + 1) * (theta_bytes / egress)
+            down = np.maximum(hop - queued, 0.0)
+        out[i, asked] = 2 * link.latency_seconds + down + hop
+    return out
 
 
 LISTED = 8
@@ -636,6 +657,13 @@ def search(
             bandwidth_bytes_per_second=math.inf,
         )
     over_link = link.charged(cost) if link is not None else cost
+    # A star's run with the links known: its delays hold its own round trip, which the
+    # topologies' hops would pay again; theirs replay the delays without it.
+    seen_by_hops = (
+        obs.less(star_round_trip(obs, link, FLOAT_BYTES * prepare(source, data_dir).dim))
+        if network_in_delays and link is not None
+        else obs
+    )
     if network_in_delays and obs.coordinator_egress is not None:
         # θ's queue on the coordinator's NIC was taken out of the delays: each star
         # candidate's rounds queue their own copies again.
@@ -648,6 +676,7 @@ def search(
         cost=cost,
         over_link=over_link,
         obs=obs,
+        hops=seen_by_hops,
         tail=tail,
         repeats=repeats,
         target_loss=target_loss,
@@ -724,6 +753,7 @@ class _Trial:
     cost: CostModel
     over_link: CostModel
     obs: Observations
+    hops: Observations  # what topology candidates replay (:func:`star_round_trip`)
     tail: DelayFit
     repeats: int
     target_loss: float
@@ -735,6 +765,14 @@ class _Trial:
         """The recorded delays' replay, built once per process (what it reads from the
         observations is the same for every candidate); each repeat reseeds it."""
         return ResampledDelay(self.obs, self.tail, seed=0)
+
+    @functools.cached_property
+    def replay_hops(self) -> ResampledDelay:
+        """The topology candidates' replay: :attr:`replay`'s, unless the delays hold a
+        star's round trip (then without it)."""
+        if self.hops is self.obs:
+            return self.replay
+        return ResampledDelay(self.hops, self.tail, seed=0)
 
     def run(
         self,
@@ -764,7 +802,8 @@ class _Trial:
             # warm-up must not carry over from the one before.
             fresh = dataclasses.replace(prepared, policy=copy.deepcopy(bound))
             sim = make_simulator(config, on, prepared=fresh, per_worker=False)
-            sim.straggler = delays(rep) if delays else self.replay.reseeded(rep)
+            replay = self.replay if on is self.cost else self.replay_hops
+            sim.straggler = delays(rep) if delays else replay.reseeded(rep)
             sim.metric = False  # (the loss is all a prediction reads)
             reach = _Reach(self.target_loss, self.hold)
             try:
