@@ -130,7 +130,8 @@ def one(scenario: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         # every star candidate's rounds put back (none when told it is unlimited).
         star_source = name not in TOPOLOGIES and math.isfinite(told.coordinator_rate)
         egress = told.coordinator_rate if star_source else None
-        seen = observe(records, n, tree=tree, coordinator_egress=egress)
+        # (its sources are simulated with the cost model's default: fifo)
+        seen = observe(records, n, tree=tree, coordinator_egress=egress, coordinator_sharing="fifo")
         picked = search(
             source,
             seen,

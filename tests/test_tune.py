@@ -906,10 +906,13 @@ def test_tune_wants_both_link_flags_or_neither(tmp_path: Path) -> None:
     done = _cli("tune", "x.json", "--link-latency", "0.001", cwd=tmp_path)
     assert done.returncode == 2 and "--link-bandwidth" in done.stderr
     assert "Traceback" not in done.stderr
-    # The coordinator's NIC is part of the links: alone it says so.
+    # The coordinator's NIC is part of the links: alone it says so; of no bandwidth,
+    # before any probe runs.
     done = _cli("tune", "x.json", "--coordinator-bandwidth", "1e9", cwd=tmp_path)
     assert done.returncode == 2 and "give --link-latency and --link-bandwidth too" in done.stderr
     assert "Traceback" not in done.stderr
+    done = _cli("tune", "x.json", "--probe-links", "--coordinator-bandwidth", "0", cwd=tmp_path)
+    assert done.returncode == 2 and "--coordinator-bandwidth must be bytes/s > 0" in done.stderr
 
 
 def test_tune_says_when_a_star_runs_arrivals_hold_the_coordinators_queue(
@@ -929,7 +932,10 @@ def test_tune_says_when_a_star_runs_arrivals_hold_the_coordinators_queue(
     done = _cli(*tune, *slow, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "the coordinator's NIC (0.025 MB/s each way) needs 0.96 s a round" in done.stderr
-    assert "a worker late in it looks slower than it is" in done.stderr
+    assert "(--coordinator-sharing fair: each worker's wait the same)" in done.stderr
+    done = _cli(*tune, *slow, "--coordinator-sharing", "fifo", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "(--coordinator-sharing fifo: a later worker waited longer)" in done.stderr
     # A coordinator said to be unlimited, or links fast enough: nothing to say.
     for links in ([*slow, "--coordinator-bandwidth", "inf"], [*slow[:3], "1.25e9"]):
         done = _cli(*tune, *links, cwd=tmp_path)
@@ -958,9 +964,20 @@ def test_thetas_queue_at_the_coordinator_is_a_place_in_it_not_a_slower_machine()
     late = np.median(as_recorded.excess, axis=0)
     assert late[7] - late[0] == pytest.approx(0.07, abs=0.01)
     assert as_recorded.load_slowness().max() > 10  # (taken for a far slower machine)
-    assert np.ptp(np.median(queue_out.excess, axis=0)) < 0.005
+    # Out exactly: what is left is the injected delay (median 0.005·ln 2), no queue.
+    assert np.median(queue_out.excess) == pytest.approx(0.005 * math.log(2), abs=0.001)
+    assert np.median(queue_out.excess, axis=0).max() < 0.008
     np.testing.assert_array_equal(queue_out.load_slowness(), 1.0)
     assert queue_out.coordinator_egress == 4e5
+    assert queue_out.queue_taken is not None
+    np.testing.assert_allclose(queue_out.queue_taken[0], 0.01 * np.arange(1, 9))
+    # Sent side by side (fair), every copy arrives after all eight copies' time: the
+    # same wait for everyone, taken out as such.
+    fair = simulate(job, cost.replace(sharing="fair")).records
+    side_by_side = observe(fair, 8, coordinator_egress=4e5, coordinator_sharing="fair")
+    assert np.median(side_by_side.excess) == pytest.approx(0.005 * math.log(2), abs=0.001)
+    assert side_by_side.queue_taken is not None
+    np.testing.assert_allclose(side_by_side.queue_taken, 0.08)
     [out] = search(
         job, queue_out, fit_delays(queue_out).best, target_loss=-1.0, rounds=10, repeats=1,
         policies=["uncoded"],
@@ -1001,6 +1018,15 @@ def test_from_a_star_run_a_trees_hops_replace_the_stars_round_trip() -> None:
     # What the star's delays held, per worker and round: two hops of 50 ms.
     trip = star_round_trip(obs, Link(0.05, math.inf), 64)
     np.testing.assert_allclose(trip, 0.1)
+    # With θ's queue on the coordinator's NIC (64 bytes at 3,200 bytes/s, 20 ms a copy,
+    # the workers' links as fast): the queue taken out and then the round trip, what
+    # is left of each response is its compute and injected delay alone.
+    slow = cost.replace(bandwidth_bytes_per_second=3200.0, egress_bandwidth_bytes_per_second=3200.0)
+    queued = simulate(job, slow).records
+    seen = observe(queued, 8, coordinator_egress=3200.0)
+    left = seen.less(star_round_trip(seen, Link(0.05, 3200.0), 64))
+    assert np.median(left.excess) == pytest.approx(0.02 * math.log(2), abs=0.004)
+    assert np.median(left.excess, axis=0).max() < 0.03
 
 
 def test_a_dip_below_the_target_is_not_reaching_it_only_a_stay_is() -> None:

@@ -56,7 +56,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "measures them on the live pool), the worker-to-worker topologies "
             "(ring-allreduce, tree, codedreduce) are searched too; a run of one of those "
             "is fitted from its workers' own times, which hold no network time, and needs "
-            "them (every candidate then pays the links). "
+            "them (every candidate then pays the links). The coordinator's NIC is one "
+            "link too, at the links' rate unless --coordinator-bandwidth says otherwise: "
+            "a star's messages queue on it (a star run's arrivals lose θ's queue, which "
+            "every star candidate's rounds put back). "
             "--write saves the winner as a job file for `codedgd run --config`; "
             "--write-auto saves one of `auto` started at the group size of the best "
             "candidate it can run, with each worker's slowness as its prior and its typical "
@@ -186,6 +189,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "only its children (default: as fast as a worker's link, measured or stated; inf: "
         "unlimited)",
     )
+    link.add_argument(
+        "--coordinator-sharing",
+        choices=["fair", "fifo"],
+        default="fair",
+        help="how the source run's coordinator sent θ's copies through its NIC, which tune "
+        "takes out of a star run's arrivals: side by side, each of n after n copies' time "
+        "(fair: TCP flows, as `codedgd run` sends them; the default), or one after "
+        "another in worker order (fifo: `codedgd simulate`'s default --sharing)",
+    )
     p.add_argument(
         "--lr",
         action="append",
@@ -265,6 +277,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if (args.link_latency is None) != (args.link_bandwidth is None):
         raise ConfigError(
             "give both --link-latency and --link-bandwidth (the links between workers), or neither"
+        )
+    if args.coordinator_bandwidth is not None and not args.coordinator_bandwidth > 0:
+        raise ConfigError(
+            "--coordinator-bandwidth must be bytes/s > 0 (inf: unlimited), got "
+            f"{args.coordinator_bandwidth}"
         )
     if args.coordinator_bandwidth is not None and not (
         args.link_latency is not None or args.probe_links
@@ -349,7 +366,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if link is not None and not own_times and math.isfinite(link.coordinator_rate)
         else None
     )
-    obs = observe(records, n, tree=source_tree(source.policy), coordinator_egress=egress)
+    obs = observe(
+        records,
+        n,
+        tree=source_tree(source.policy),
+        coordinator_egress=egress,
+        coordinator_sharing=args.coordinator_sharing,
+    )
     went_without: dict[str, int] = {}  # (a trace: its holes say nothing of who was slow)
     if args.trace:
         obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
@@ -358,7 +381,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             _note_unobserved(args.results, obs.excess)
         went_without = _went_without(args.results, obs)
         if link is not None and not own_times:
-            _note_coordinator_queue(args.results, records, link)
+            _note_coordinator_queue(args.results, records, link, args.coordinator_sharing)
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
@@ -693,7 +716,9 @@ def _note_unobserved(path: str, excess: np.ndarray) -> None:
         )
 
 
-def _note_coordinator_queue(path: str, records: Sequence[RoundRecord], link: Link) -> None:
+def _note_coordinator_queue(
+    path: str, records: Sequence[RoundRecord], link: Link, sharing: str
+) -> None:
     """Say so when, at the links, the coordinator's NIC took a good part of a star run's
     rounds: its arrivals then hold the queue, each worker's place in it as part of its
     delay, and a worker late in it looks like a slower machine."""
@@ -712,13 +737,19 @@ def _note_coordinator_queue(path: str, records: Sequence[RoundRecord], link: Lin
             f"({rate / 1e6:.4g} MB/s each way) needs {queue:.3g} s a round to send θ to "
             f"the workers or take their gradients in, against {path}'s median round of "
             f"{round_s:.3g} s. A star run's "
-            "arrivals hold that queue, each worker's place in it as part of its delay. "
-            "tune takes θ's part out (each worker's place among the copies, sent in "
-            "worker order at that rate) and puts it back in every star candidate's own "
-            "rounds; the gradients' part, which follows who was ready first, stays in the "
-            "delays. If the coordinator sent θ otherwise, a worker late in it looks "
-            "slower than it is. A run of tree or ring-allreduce on the same pool times "
-            "every worker without it (its workers' own times)",
+            "arrivals hold that queue as part of each worker's delay. tune takes θ's "
+            "part out and puts it back in every star candidate's own rounds, taking the "
+            + (
+                "copies to have gone side by side (--coordinator-sharing fair: each "
+                "worker's wait the same)"
+                if sharing == "fair"
+                else "copies to have gone one after another in worker order "
+                "(--coordinator-sharing fifo: a later worker waited longer)"
+            )
+            + "; if they went otherwise, the workers it took the wrong wait from look "
+            "faster or slower than they are. The gradients' part, which follows who was "
+            "ready first, stays in the delays. A run of tree or ring-allreduce on the same "
+            "pool times every worker without it (its workers' own times)",
             file=sys.stderr,
         )
 

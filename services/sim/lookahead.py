@@ -466,7 +466,8 @@ class Lookahead:
             excess=np.array([e for e, _, _ in rows]),
             censored=np.array([c for _, c, _ in rows]),
             compute=np.array([c for _, _, c in rows]),
-            lost=None,  # (rows of other windows: the fit reads none of it)
+            lost=None,  # (rows of other windows: the fit reads none of these)
+            queue_taken=None,
         )
         try:
             own = typical_fit(pooled)

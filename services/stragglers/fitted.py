@@ -109,14 +109,17 @@ class Observations:
     # speed. None: none recorded.
     lost: np.ndarray | None = None
     # The coordinator's egress (bytes/s) whose queue was taken out of a star run's
-    # delays (:func:`observe` given ``coordinator_egress``): each worker's place among
-    # the copies of θ. A replay's star rounds put it back, in their own contacts.
-    # None: the delays hold it, as recorded.
+    # delays (:func:`observe` given ``coordinator_egress``), how its copies of θ shared
+    # it ("fifo": one after another in worker order; "fair": side by side), and the
+    # seconds taken out of each value (rounds × workers; 0 where none). A replay's star
+    # rounds put the queue back, in their own contacts. None: the delays hold it.
     coordinator_egress: float | None = None
+    coordinator_sharing: str = "fifo"
+    queue_taken: np.ndarray | None = None
 
     def rows_at(self, rows: np.ndarray) -> Observations:
         """These observations' rounds ``rows`` (any order, repeats allowed)."""
-        after, lost = self.left_out_after, self.lost
+        after, lost, queue = self.left_out_after, self.lost, self.queue_taken
         return replace(
             self,
             excess=self.excess[rows],
@@ -124,6 +127,7 @@ class Observations:
             compute=self.compute[rows],
             left_out_after=None if after is None else after[rows],
             lost=None if lost is None else lost[rows],
+            queue_taken=None if queue is None else queue[rows],
         )
 
     @property
@@ -539,16 +543,20 @@ def observe(
     min_rounds: int = MIN_ROUNDS,
     tree: TreeShape | None = None,
     coordinator_egress: float | None = None,
+    coordinator_sharing: str = "fifo",
 ) -> Observations:
     """The timings of ``records`` (a run of ``n_workers``), checked to be enough to fit
     (``min_rounds`` rounds with per-worker response times).
 
-    ``coordinator_egress`` (bytes/s), for a star's run: the coordinator sent θ_t's copies
-    one after another, in worker order, at that rate, and the k-th worker asked got its
-    copy k·bytes/rate after the round began; that much is taken out of its excess (a
-    place in a queue, not a slower worker). A replay's star rounds put the queue back
-    (:attr:`Observations.coordinator_egress`). The copy's bytes are the round's
-    ``bytes_down`` over the workers asked.
+    ``coordinator_egress`` (bytes/s), for a star's run: the coordinator's NIC sent θ_t's
+    copies at that rate, and each worker's wait for its copy is taken out of its excess
+    (a place in a queue, not a slower worker). ``coordinator_sharing`` "fifo": one
+    after another in worker order (the simulator's default), the k-th worker asked got
+    its copy k·bytes/rate after the round began; "fair": side by side (TCP flows, as
+    codedgd's coordinator sends them), each of the m asked after m·bytes/rate. A
+    replay's star rounds put the queue back (:attr:`Observations.coordinator_egress`).
+    The copy's bytes are the round's ``bytes_down`` over the workers asked
+    (``computations``), a worker lost in the round among them.
 
     A ring's or tree's round (``ready_seconds``: each worker's own time from θ_t to its
     message ready) gives each timed worker's excess as that time less its compute: its
@@ -578,6 +586,11 @@ def observe(
     lost = np.zeros((len(timed), n_workers), dtype=bool)
     if coordinator_egress is not None and not coordinator_egress > 0:
         raise ConfigError(f"the coordinator's egress must be bytes/s > 0, got {coordinator_egress}")
+    if coordinator_sharing not in ("fifo", "fair"):
+        raise ConfigError(
+            f"the coordinator's copies of θ share its NIC fifo or fair, not {coordinator_sharing!r}"
+        )
+    queue_taken = np.zeros((len(timed), n_workers)) if coordinator_egress is not None else None
     for i, r in enumerate(timed):
         own = bool(r.ready_seconds)  # a ring's or tree's round: its workers' own times
         times = r.ready_seconds if own else r.response_seconds
@@ -615,12 +628,20 @@ def observe(
             for w, at in _subtrees_left_out(tree, r.ready_seconds).items():
                 if gone.isdisjoint(tree.subtree(w)):  # (a lost worker was not slow)
                     after[i, w] = at
-        if coordinator_egress is not None and not own:
-            asked = np.flatnonzero(~np.isnan(excess[i]))
-            if asked.size:
-                copy_s = r.bytes_down / asked.size / coordinator_egress
-                queued = np.arange(1, asked.size + 1) * copy_s
-                excess[i, asked] = np.maximum(excess[i, asked] - queued, 0.0)
+        if queue_taken is not None and coordinator_egress is not None and not own:
+            timed_here = ~np.isnan(excess[i])
+            contacted = np.flatnonzero(timed_here | lost[i])  # (in the order sent)
+            count = r.computations if r.computations > 0 else contacted.size
+            if contacted.size:
+                copy_s = r.bytes_down / count / coordinator_egress
+                if coordinator_sharing == "fifo":
+                    waited = np.arange(1, contacted.size + 1) * copy_s
+                else:
+                    waited = np.full(contacted.size, count * copy_s)
+                take = timed_here[contacted]
+                at = contacted[take]
+                excess[i, at] = np.maximum(excess[i, at] - waited[take], 0.0)
+                queue_taken[i, at] = waited[take]
     missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
     used = {w for r in timed for w in r.workers_used}
     untimed = [w for w in missing if w in used]
@@ -656,6 +677,8 @@ def observe(
         left_out_after=after,
         lost=lost if lost.any() else None,
         coordinator_egress=coordinator_egress,
+        coordinator_sharing=coordinator_sharing,
+        queue_taken=queue_taken,
     )
 
 
@@ -905,6 +928,7 @@ def typical_fit(obs: Observations) -> Fit:
             tree=None,  # (some of its workers: no tree)
             left_out_after=None,
             lost=None,
+            queue_taken=None,
         )
     )
 

@@ -360,20 +360,16 @@ class Link:
 def star_round_trip(obs: Observations, link: Link, theta_bytes: int) -> np.ndarray:
     """The network time (rounds × workers) a star run's recorded delays hold at
     ``link``, beyond what :func:`~codedgd.services.stragglers.fitted.observe` took out:
-    θ down (one hop, λ + b/β, less θ's queue on the coordinator's NIC where that was
-    taken out: the k-th worker asked waited k·b/R there, and its own hop overlaps it)
-    and one gradient of as many bytes back (λ + b/β). The gradients' queue into the
+    θ down (one hop, λ + b/β, less θ's wait on the coordinator's NIC where that was
+    taken out, :attr:`Observations.queue_taken`: its own hop overlaps it) and one
+    gradient of as many bytes back (λ + b/β). The gradients' queue into the
     coordinator's NIC is not in it: it follows who was ready first."""
     hop = theta_bytes / link.bandwidth_bytes_per_second
-    out = np.zeros(obs.excess.shape)
-    egress = obs.coordinator_egress
-    for i, row in enumerate(obs.excess):
-        asked = np.flatnonzero(~np.isnan(row))
-        down = np.full(asked.size, hop)
-        if egress is not None:
-            queued = np.arange(1, asked.size + 1) * (theta_bytes / egress)
-            down = np.maximum(hop - queued, 0.0)
-        out[i, asked] = 2 * link.latency_seconds + down + hop
+    taken = obs.queue_taken if obs.queue_taken is not None else np.zeros(obs.excess.shape)
+    # θ reached a worker after its own hop or its wait on the coordinator's NIC, the
+    # later of the two; the wait is out already.
+    down = np.maximum(hop - taken, 0.0)
+    out: np.ndarray = np.where(np.isnan(obs.excess), 0.0, 2 * link.latency_seconds + down + hop)
     return out
 
 
@@ -645,10 +641,11 @@ def search(
         raise ConfigError(
             f"the delays are of {obs.n_workers} workers but the job has {n}: they are another job's"
         )
+    prepared_source = functools.cache(lambda: prepare(source, data_dir))  # (once, if at all)
     # Seconds per row of the source's cluster: its median compute over the rows a worker
     # computed over in a round (all it held, or its mini-batch samples).
     if cost is None:
-        used = rows_per_round(prepare(source, data_dir), source.batch_size)
+        used = rows_per_round(prepared_source(), source.batch_size)
         per_row = obs.median_compute() / max(float(np.median(used)), 1.0)
         cost = CostModel(
             seconds_per_sample=per_row,
@@ -657,17 +654,13 @@ def search(
             bandwidth_bytes_per_second=math.inf,
         )
     over_link = link.charged(cost) if link is not None else cost
-    # A star's run with the links known: its delays hold its own round trip, which the
-    # topologies' hops would pay again; theirs replay the delays without it.
-    seen_by_hops = (
-        obs.less(star_round_trip(obs, link, FLOAT_BYTES * prepare(source, data_dir).dim))
-        if network_in_delays and link is not None
-        else obs
-    )
     if network_in_delays and obs.coordinator_egress is not None:
         # θ's queue on the coordinator's NIC was taken out of the delays: each star
-        # candidate's rounds queue their own copies again.
-        cost = cost.replace(egress_bandwidth_bytes_per_second=obs.coordinator_egress)
+        # candidate's rounds queue their own copies again, as they were sent.
+        cost = cost.replace(
+            egress_bandwidth_bytes_per_second=obs.coordinator_egress,
+            sharing=obs.coordinator_sharing,
+        )
     if not network_in_delays:
         cost = over_link
     lrs = step_sizes(steps) if steps else [source.optimizer.get("lr", "auto")]
@@ -676,7 +669,13 @@ def search(
         cost=cost,
         over_link=over_link,
         obs=obs,
-        hops=seen_by_hops,
+        # A star's run with the links known: its delays hold its own round trip, which
+        # the topologies' hops would pay again; theirs replay the delays without it.
+        round_trip=(
+            (link, FLOAT_BYTES * prepared_source().dim)
+            if network_in_delays and link is not None
+            else None
+        ),
         tail=tail,
         repeats=repeats,
         target_loss=target_loss,
@@ -753,7 +752,9 @@ class _Trial:
     cost: CostModel
     over_link: CostModel
     obs: Observations
-    hops: Observations  # what topology candidates replay (:func:`star_round_trip`)
+    # (link, θ bytes) of a star run's round trip in the delays, which topology
+    # candidates replay without (:func:`star_round_trip`); None: none in them.
+    round_trip: tuple[Link, int] | None
     tail: DelayFit
     repeats: int
     target_loss: float
@@ -770,9 +771,10 @@ class _Trial:
     def replay_hops(self) -> ResampledDelay:
         """The topology candidates' replay: :attr:`replay`'s, unless the delays hold a
         star's round trip (then without it)."""
-        if self.hops is self.obs:
+        if self.round_trip is None:
             return self.replay
-        return ResampledDelay(self.hops, self.tail, seed=0)
+        trip = star_round_trip(self.obs, *self.round_trip)
+        return ResampledDelay(self.obs.less(trip), self.tail, seed=0)
 
     def run(
         self,
@@ -802,7 +804,7 @@ class _Trial:
             # warm-up must not carry over from the one before.
             fresh = dataclasses.replace(prepared, policy=copy.deepcopy(bound))
             sim = make_simulator(config, on, prepared=fresh, per_worker=False)
-            replay = self.replay if on is self.cost else self.replay_hops
+            replay = self.replay if prepared.plan.topology.kind == "star" else self.replay_hops
             sim.straggler = delays(rep) if delays else replay.reseeded(rep)
             sim.metric = False  # (the loss is all a prediction reads)
             reach = _Reach(self.target_loss, self.hold)
