@@ -12,6 +12,7 @@ import pytest
 from codedgd.services.codes.tree import TreeShape
 from codedgd.services.errors import ConfigError
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.records import RoundRecord
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.stragglers.fitted import (
     SUBTREE_DRAWS,
@@ -28,9 +29,9 @@ TREE = TreeShape(fanout=3, levels=2, s=1, root=2)
 FLAT = DelayFit("shifted-exponential", {"shift": 0.0, "rate": 100.0}, 0.0)
 
 
-def test_a_left_out_subtree_came_after_every_worker_of_the_one_used() -> None:
-    """With two children and s = 1 the coordinator sums one subtree a round: the other
-    was ready after the latest own time in the one it used, which is its bound."""
+def _run_on_tree() -> tuple[Component, list[RoundRecord]]:
+    """40 rounds of codedreduce on TREE (s = 1), exponential delays: its policy and
+    records."""
     policy = Component("codedreduce", {"fanout": 3, "root": 2, "s": 1})
     job = JobConfig(
         workers=8,
@@ -40,7 +41,13 @@ def test_a_left_out_subtree_came_after_every_worker_of_the_one_used() -> None:
         data=Component("synthetic", {"rows": 400, "dim": 5}),
         stragglers=Component("exponential", {"mean": 0.02}),
     )
-    records = simulate(job, CostModel()).records
+    return policy, list(simulate(job, CostModel()).records)
+
+
+def test_a_left_out_subtree_came_after_every_worker_of_the_one_used() -> None:
+    """With two children and s = 1 the coordinator sums one subtree a round: the other
+    was ready after the latest own time in the one it used, which is its bound."""
+    policy, records = _run_on_tree()
     tree = source_tree(policy)
     assert tree == TREE
     obs = observe(records, 8, tree=tree)
@@ -177,18 +184,9 @@ def test_rounds_a_worker_was_lost_are_not_rounds_it_was_done_without() -> None:
     """A worker lost (its stream closed, its machine gone) is not timed, in a tree as if
     left out; those rounds say nothing of its speed, nor of the workers below it, whose
     messages went through it: they neither count toward a stretch nor break one."""
-    policy = Component("codedreduce", {"fanout": 3, "root": 2, "s": 1})
-    job = JobConfig(
-        workers=8,
-        rounds=40,
-        seed=5,
-        policy=policy,
-        data=Component("synthetic", {"rows": 400, "dim": 5}),
-        stragglers=Component("exponential", {"mean": 0.02}),
-    )
-    records = simulate(job, CostModel()).records
+    _, records = _run_on_tree()
 
-    def lose(r, worker: int):  # type: ignore[no-untyped-def]
+    def lose(r: RoundRecord, worker: int) -> RoundRecord:
         gone = set(TREE.subtree(worker))
         return dataclasses.replace(
             r,
