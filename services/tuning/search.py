@@ -36,7 +36,8 @@ on every hop, and the coordinator's NIC (:attr:`Link.coordinator_rate`) on what 
 leaves it: a tree's root hears its children one after another. From a ring's or tree's
 run the star candidates pay the same links, the coordinator's n messages each way
 queued on its NIC; from a star's run its recorded arrivals already hold that queue, and
-θ's part of it, each worker's place among the copies, is taken out of the delays
+θ's part of it, each worker's wait for its copy (as the copies went: side by side, or
+one after another), is taken out of the delays
 (:func:`~codedgd.services.stragglers.fitted.observe` given ``coordinator_egress``) and
 put back by every star candidate's own rounds.
 
@@ -301,9 +302,8 @@ class Link:
     coordinator is a machine too: every message it sends or receives shares its one NIC,
     of ``coordinator_bandwidth_bytes_per_second`` each way (None: as fast as a worker's
     link, as in a cluster of one instance type; inf: unlimited, the coordinator's side
-    never the bottleneck). A star's n copies of θ then leave it one after another and its
-    n gradients arrive one after another, where a tree's root hears only its children:
-    what a tree saves.
+    never the bottleneck). A star's n copies of θ and n gradients then queue on it,
+    where a tree's root hears only its children: what a tree saves.
     """
 
     latency_seconds: float
