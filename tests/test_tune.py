@@ -978,6 +978,13 @@ def test_thetas_queue_at_the_coordinator_is_a_place_in_it_not_a_slower_machine()
     assert np.median(side_by_side.excess) == pytest.approx(0.005 * math.log(2), abs=0.001)
     assert side_by_side.queue_taken is not None
     np.testing.assert_allclose(side_by_side.queue_taken, 0.08)
+    # The copies read as side by side where they went one after another: no one is
+    # taken to have waited longer than the round's first answer took in all.
+    misread = observe(records, 8, coordinator_egress=4e5, coordinator_sharing="fair")
+    assert misread.queue_taken is not None
+    first = np.nanmin(as_recorded.excess, axis=1)
+    np.testing.assert_allclose(misread.queue_taken.max(axis=1), np.minimum(first, 0.08))
+    assert (misread.excess >= 0).all() and (np.nanmin(misread.excess, axis=1) == 0).all()
     [out] = search(
         job, queue_out, fit_delays(queue_out).best, target_loss=-1.0, rounds=10, repeats=1,
         policies=["uncoded"],
@@ -1027,6 +1034,13 @@ def test_from_a_star_run_a_trees_hops_replace_the_stars_round_trip() -> None:
     left = seen.less(star_round_trip(seen, Link(0.05, 3200.0), 64))
     assert np.median(left.excess) == pytest.approx(0.02 * math.log(2), abs=0.004)
     assert np.median(left.excess, axis=0).max() < 0.03
+
+
+def test_a_family_that_could_not_be_fitted_is_null_in_the_json() -> None:
+    failed = DelayFit("pareto", {"scale": 0.1, "shape": math.nan}, math.nan, "no tail")
+    doc = json.loads(json.dumps(failed.to_dict(), allow_nan=False))
+    assert doc == {"family": "pareto", "params": {"scale": 0.1, "shape": None}, "ks": None,
+                   "why_not": "no tail"}  # fmt: skip
 
 
 def test_a_dip_below_the_target_is_not_reaching_it_only_a_stay_is() -> None:

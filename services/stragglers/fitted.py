@@ -634,11 +634,15 @@ def observe(
             count = r.computations if r.computations > 0 else contacted.size
             if contacted.size:
                 copy_s = r.bytes_down / count / coordinator_egress
+                take = timed_here[contacted]
                 if coordinator_sharing == "fifo":
                     waited = np.arange(1, contacted.size + 1) * copy_s
                 else:
-                    waited = np.full(contacted.size, count * copy_s)
-                take = timed_here[contacted]
+                    # Side by side, every copy arrived when the last did: no one waited
+                    # longer than the first to answer took in all (a link that bursts
+                    # lets the first copies through at once).
+                    first = float(excess[i, contacted[take]].min()) if take.any() else 0.0
+                    waited = np.full(contacted.size, min(count * copy_s, first))
                 at = contacted[take]
                 excess[i, at] = np.maximum(excess[i, at] - waited[take], 0.0)
                 queue_taken[i, at] = waited[take]
@@ -766,10 +770,15 @@ class DelayFit:
         return f"{self.family}({shown}), KS distance {self.ks:.3f}"
 
     def to_dict(self) -> dict[str, Any]:
+        """For JSON, which has no NaN: null where a family could not be fitted."""
+
+        def number(value: float) -> float | None:
+            return float(value) if math.isfinite(value) else None
+
         return {
             "family": self.family,
-            "params": dict(self.params),
-            "ks": self.ks,
+            "params": {k: number(v) for k, v in self.params.items()},
+            "ks": number(self.ks),
             "why_not": self.why_not,
         }
 
