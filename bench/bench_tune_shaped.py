@@ -148,7 +148,8 @@ def main() -> None:
             policies: dict[str, Component] = {}
             for doc in docs.values():
                 for c in doc["candidates"][: args.top]:
-                    policies[c["label"]] = Component(c["policy"]["name"], c["policy"]["options"])
+                    options = {k: v for k, v in c["policy"].items() if k != "name"}
+                    policies[c["label"]] = Component(c["policy"]["name"], options)
             for fixed in (
                 Component("uncoded"),
                 Component("ring-allreduce"),
@@ -160,7 +161,8 @@ def main() -> None:
             for label, policy in policies.items():
                 times = []
                 for _ in range(args.repeats):
-                    rounds = real_rounds(hosts, job(args, policy, 250), work)
+                    run_to = job(args, policy, 250).replace(target_loss=target)  # (stops there)
+                    rounds = real_rounds(hosts, run_to, work)
                     reached = time_to_target(rounds, target)
                     times.append(reached[0] if reached else float("inf"))
                 real[label] = statistics.median(times)
