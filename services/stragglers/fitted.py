@@ -553,7 +553,9 @@ def observe(
     (a place in a queue, not a slower worker). ``coordinator_sharing`` "fifo": one
     after another in worker order (the simulator's default), the k-th worker asked got
     its copy k·bytes/rate after the round began; "fair": side by side (TCP flows, as
-    codedgd's coordinator sends them), each of the m asked after m·bytes/rate. A
+    codedgd's coordinator sends them), each of the m asked after m·bytes/rate, or
+    after what the round's first answer took in all if that is less (a link that
+    bursts lets the first copies through at once). A
     replay's star rounds put the queue back (:attr:`Observations.coordinator_egress`).
     The copy's bytes are the round's ``bytes_down`` over the workers asked
     (``computations``), a worker lost in the round among them.
