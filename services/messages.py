@@ -91,6 +91,7 @@ def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
         ready_seconds={int(w): float(s) for w, s in record.ready_seconds.items()},
         left_out_seconds={int(w): float(s) for w, s in record.left_out_seconds.items()},
         holders={int(w): name for w, name in record.holders.items()},
+        topology=record.topology,
     )
 
 
@@ -125,6 +126,7 @@ def record_from_pb(m: pb.RoundReport) -> RoundRecord:
         ready_seconds={int(w): float(s) for w, s in m.ready_seconds.items()},
         left_out_seconds={int(w): float(s) for w, s in m.left_out_seconds.items()},
         holders={int(w): str(name) for w, name in m.holders.items()},
+        topology=str(m.topology),
     )
 
 

@@ -70,11 +70,12 @@ class RoundRecord:
     # (files of older versions, ring and tree rounds), where the round's wait_seconds is
     # every cancelled worker's bound.
     cancelled_seconds: Mapping[int, float] = field(default_factory=dict)
-    # Ring and tree rounds: worker → seconds from θ_t complete at the worker to its own
-    # message ready (compute plus straggling; the worker's WorkerTiming), for every
-    # worker whose message reached the coordinator (in a tree, inside a sum). Their
-    # compute seconds are in worker_compute_seconds. Empty for star rounds and files of
-    # versions before 2026-11-30.
+    # Worker → seconds from θ_t complete at the worker to its own message ready (compute
+    # plus straggling, no network; the worker's WorkerTiming), for every worker whose
+    # message reached the coordinator (in a tree, inside a sum) and sent them. Their
+    # compute seconds are in worker_compute_seconds. A star round's: since 2026-12-01
+    # (its response_seconds add the network to them). Empty in files of versions before
+    # 2026-11-30, and in their star rounds before 2026-12-01.
     ready_seconds: Mapping[int, float] = field(default_factory=dict)
     # Tree rounds: a leaf the round left out (its parent summed siblings of it, not it)
     # → a lower bound on its own time: the longest of those siblings' ready_seconds
@@ -86,6 +87,19 @@ class RoundRecord:
     # `codedgd tune` keys auto's prior by it. Empty from the simulator and in files of
     # versions before 2026-11-30.
     holders: Mapping[int, str] = field(default_factory=dict)
+    # The plan's topology this round: "star", "ring" or "tree"; "" in files of versions
+    # before 2026-12-01 (see :attr:`peered`).
+    topology: str = ""
+
+    @property
+    def peered(self) -> bool:
+        """Whether workers sent to each other this round (a ring or tree): its arrivals
+        are the topology's, and its workers' own times (:attr:`ready_seconds`) are what
+        time each worker. Records without :attr:`topology` (older files) were peered
+        exactly when they hold own times: a star's held none before 2026-12-01."""
+        if self.topology:
+            return self.topology != "star"
+        return bool(self.ready_seconds)
 
     def to_dict(self) -> dict[str, Any]:
         # Field by field, not asdict: its deep copy of the timing maps, replaced below
@@ -128,6 +142,7 @@ class RoundRecord:
             restarts = json.loads(restarts) if restarts.strip() else ()
         values["restarts"] = tuple(str(r) for r in restarts)
         values["attempts"] = int(values.get("attempts") or 1)
+        values["topology"] = str(values.get("topology") or "")
         return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
 
 

@@ -5,6 +5,7 @@ RoundReport; files written before these fields existed still read."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def _record() -> RoundRecord:
         ready_seconds={0: 0.25, 1: 0.5, 3: 0.125},
         left_out_seconds={2: 0.5},
         holders={1: "m1#12"},
+        topology="tree",
     )
 
 
@@ -48,6 +50,7 @@ def test_excluded_attempts_and_restarts_survive_json_csv_and_the_wire(tmp_path: 
     assert (back.excluded, back.attempts, back.restarts) == (r.excluded, 2, r.restarts)
     assert (back.ready_seconds, back.left_out_seconds) == (r.ready_seconds, {2: 0.5})
     assert back.holders == {1: "m1#12"}
+    assert back.topology == "tree" and back.peered
     assert RoundRecord.from_dict(json.loads(json.dumps(r.to_dict()))) == r  # records.jsonl
     assert record_from_pb(record_to_pb(r, "j")) == r
     write_results(tmp_path / "r.csv", {}, [r], {})
@@ -55,6 +58,7 @@ def test_excluded_attempts_and_restarts_survive_json_csv_and_the_wire(tmp_path: 
         row = next(csv.DictReader(fh))
     assert RoundRecord.from_dict(row).excluded == r.excluded
     assert RoundRecord.from_dict(row).holders == r.holders
+    assert RoundRecord.from_dict(row).topology == "tree"
     assert json.loads(row["restarts"]) == list(r.restarts)
 
 
@@ -66,3 +70,16 @@ def test_records_of_older_versions_read_with_nobody_excluded_and_one_attempt(
         del doc[key]
     old = RoundRecord.from_dict(doc)
     assert (old.excluded, old.attempts, old.restarts, old.holders) == ({}, 1, (), {})
+
+
+def test_a_round_says_whether_its_workers_sent_to_each_other() -> None:
+    """Since 2026-12-01 a star's workers send their own times too: the record's topology
+    tells its own times from a ring's or tree's. An older file's round has none, and
+    held own times only when it was a ring's or tree's."""
+    r = _record()
+    star = dataclasses.replace(r, topology="star")
+    assert not star.peered and star.ready_seconds  # (own times, yet a star's round)
+    older = {k: v for k, v in r.to_dict().items() if k != "topology"}
+    assert RoundRecord.from_dict(older).peered  # (own times: a tree's, before the field)
+    older["ready_seconds"] = {}
+    assert not RoundRecord.from_dict(older).peered

@@ -924,11 +924,19 @@ def test_tune_says_when_a_star_runs_arrivals_hold_the_coordinators_queue(
     done = _cli(
         "simulate", "-n", "6", "-r", "5", "--data-opt", "rows=600", "--data-opt", "dim=500",
         "--bandwidth", "25e3", "--ingress-bandwidth", "25e3", "--egress-bandwidth", "25e3",
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.05",
         "--no-progress", "-o", "star.json", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     tune = ["tune", "star.json", "--no-progress", "--repeats", "1", "--policy", "uncoded"]
     slow = ["--link-latency", "0.0002", "--link-bandwidth", "25e3"]
+    # By default its workers' own times are read: no queue in them, nothing to say.
+    done = _cli(*tune, *slow, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "coordinator's NIC" not in done.stderr, done.stderr
+    assert "each worker's own time from θ to its result" in done.stdout
+    # Read by its arrivals (--star-times arrivals), the queue is in them: said.
+    tune += ["--star-times", "arrivals"]
     done = _cli(*tune, *slow, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "the coordinator's NIC (0.025 MB/s each way) needs 0.96 s a round" in done.stderr
@@ -993,6 +1001,92 @@ def test_thetas_queue_at_the_coordinator_is_a_place_in_it_not_a_slower_machine()
     assert float(np.median(out.round_seconds)) == pytest.approx(true_round, rel=0.15)
     with pytest.raises(ConfigError, match="coordinator's egress"):
         observe(records, 8, coordinator_egress=0.0)
+
+
+def test_a_star_workers_own_times_hold_no_queue_and_every_candidate_pays_the_links() -> None:
+    """As above, θ's copies leave the coordinator's NIC one after another (and the
+    gradients come in so), but each worker also sends its own time from θ to its result
+    ready: read by those, every worker is typical with no model of the queue, and a
+    candidate that pays the links (the NIC's queue with them) predicts the round."""
+    job = JobConfig(
+        workers=8,
+        rounds=30,
+        seed=4,
+        data=Component("synthetic", {"rows": 800, "dim": 500}),
+        stragglers=Component("exponential", {"mean": 0.005}),
+    )
+    cost = CostModel.ideal().replace(
+        compute="model",
+        seconds_per_sample=1e-5,
+        egress_bandwidth_bytes_per_second=4e5,
+        ingress_bandwidth_bytes_per_second=4e5,
+    )
+    records = simulate(job, cost).records
+    assert all(
+        r.topology == "star" and set(r.ready_seconds) == set(r.response_seconds) for r in records
+    )
+    own = observe(records, 8, star_times="own")
+    assert np.median(own.excess) == pytest.approx(0.005 * math.log(2), abs=0.001)
+    assert np.median(own.excess, axis=0).max() < 0.008  # (the last in the queue too)
+    np.testing.assert_array_equal(own.load_slowness(), 1.0)
+    assert own.coordinator_egress is None and own.queue_taken is None
+    link = Link(0.0, math.inf, 4e5)
+    [out] = search(
+        job, own, fit_delays(own).best, target_loss=-1.0, rounds=10, repeats=1,
+        policies=["uncoded"], link=link, network_in_delays=False,
+    )  # fmt: skip
+    true_round = float(np.median([r.round_seconds for r in records]))
+    assert float(np.median(out.round_seconds)) == pytest.approx(true_round, rel=0.1)
+    # A cancelled worker's bound is its cancel less the round's longest network time.
+    r = dataclasses.replace(
+        records[0],
+        response_seconds={0: 0.5, 1: 0.3},
+        ready_seconds={0: 0.2, 1: 0.25},
+        worker_compute_seconds={0: 0.1, 1: 0.1},
+        cancelled_seconds={2: 0.6},
+    )
+    bounded = observe([r] * 5, 3, min_rounds=5, star_times="own")
+    assert bounded.censored[0].tolist() == [False, False, True]
+    np.testing.assert_allclose(bounded.excess[0], [0.1, 0.15, 0.6 - 0.3 - 0.1])
+    # Records whose workers sent no own times cannot be read so: said, not guessed.
+    bare = [dataclasses.replace(x, ready_seconds={}) for x in records]
+    with pytest.raises(ConfigError, match="no own times"):
+        observe(bare, 8, star_times="own")
+
+
+def test_star_times_own_needs_the_links_and_the_workers_own_times(tmp_path: Path) -> None:
+    done = _cli(
+        "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
+        "--no-progress", "-o", "flat.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    tune = ["tune", "flat.json", "--no-progress", "--repeats", "1", "--policy", "uncoded"]
+    links = ["--link-latency", "0.001", "--link-bandwidth", "1e8"]
+    done = _cli(*tune, *links, cwd=tmp_path)  # (no straggler model: no straggling at all)
+    assert done.returncode == 2 and "(--star-times arrivals)" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    done = _cli(
+        "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.01",
+        "--no-progress", "-o", "star.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    tune[1] = "star.json"
+    done = _cli(*tune, "--star-times", "own", cwd=tmp_path)
+    assert done.returncode == 2 and "state them (--link-latency" in done.stderr, done.stderr
+    doc = json.loads((tmp_path / "star.json").read_text())
+    for r in doc["rounds"]:
+        r["ready_seconds"] = {}
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    done = _cli(*tune[:1], "old.json", *tune[2:], *links, "--star-times", "own", cwd=tmp_path)
+    assert done.returncode == 2 and "give --star-times arrivals" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    # Without the flag, such a file is read by its arrivals, as before.
+    done = _cli(*tune[:1], "old.json", *tune[2:], *links, "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["timings"] == "arrivals"
+    done = _cli(*tune, *links, "--json", cwd=tmp_path)
+    assert json.loads(done.stdout)["timings"] == "own"
 
 
 def test_from_a_star_run_a_trees_hops_replace_the_stars_round_trip() -> None:

@@ -198,6 +198,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(fair: TCP flows, as `codedgd run` sends them; the default), or one after "
         "another in worker order (fifo: `codedgd simulate`'s default --sharing)",
     )
+    link.add_argument(
+        "--star-times",
+        choices=["own", "arrivals"],
+        help="what times a star run's workers by (default: own, when the links are known "
+        "and its workers sent their own times; else arrivals): own, each worker's time "
+        "from θ to its result ready, sent with its result since 2026-12-01, no network in "
+        "it, so every candidate pays the links; arrivals, when its result reached the "
+        "coordinator, network and the NIC's queue in it (--coordinator-sharing)",
+    )
     p.add_argument(
         "--lr",
         action="append",
@@ -341,8 +350,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # tree's only through their parents: the arrivals are the topology's, not a worker's.
     # Since 2026-11-30 every worker's own times come along (RoundRecord.ready_seconds);
     # they hold no network time, which the stated links then stand for.
-    own_times = source.policy.name in TOPOLOGIES and not args.trace
-    if own_times and not all(r.ready_seconds for r in records if r.response_seconds):
+    peered = source.policy.name in TOPOLOGIES and not args.trace
+    star_own = not peered and _star_own(args, records, link)
+    own_times = peered or star_own
+    if peered and not all(r.ready_seconds for r in records if r.response_seconds):
         raise ConfigError(
             f"{args.results} is a run of {source.policy.name} recorded without its workers' "
             "own times (by a version before 2026-11-30, or workers that send no "
@@ -372,6 +383,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         tree=source_tree(source.policy),
         coordinator_egress=egress,
         coordinator_sharing=args.coordinator_sharing,
+        star_times="own" if star_own else "arrivals",
     )
     went_without: dict[str, int] = {}  # (a trace: its holes say nothing of who was slow)
     if args.trace:
@@ -385,6 +397,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
+        if star_own and str(exc).startswith(NOTHING_TO_FIT):
+            raise ConfigError(
+                f"{NOTHING_TO_FIT}: read by its workers' own times, {args.results} shows no "
+                "straggling at all (a simulated run without a straggler model), and the "
+                "network tune charges by the links is in none of them; tune from its "
+                "arrivals (--star-times arrivals)"
+            ) from None
         if not (failed and str(exc).startswith(NOTHING_TO_FIT)):
             raise
         raise ConfigError(
@@ -423,9 +442,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(
             f"delays beyond compute: {n_values} values of {obs.rounds} rounds "
             f"({n_cens} censored: "
-            + ("leaves a parent left out)" if own_times else "cancelled workers)")
+            + ("leaves a parent left out)" if peered else "cancelled workers)")
         )
-        if own_times:
+        if star_own:
+            print(
+                f"  a {source.policy.name} run: each worker's own time from θ to its result, "
+                "less its compute (sent with its result; a cancelled one: censored at its "
+                "cancel less the round's longest network time); no network time or queue "
+                "on the coordinator's NIC, so every candidate pays the links"
+            )
+        elif own_times:
             print(
                 f"  a {source.policy.name} run: each worker's own time from θ to its message, "
                 "less its compute (a leaf a parent left out: censored at its used siblings' "
@@ -504,8 +530,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "rounds": rounds,
             "fits": [f.to_dict() for f in fit.fits],
             "tail": fit.tail.family,  # what censored values are drawn from (Fit.tail)
-            # "own": a ring's or tree's run, fitted from its workers' own times (no network
-            # time in them: every candidate paid the stated links); "arrivals": a star's.
+            # "own": fitted from the workers' own times (a ring's or tree's run, or a
+            # star's with the links known: no network time in them, every candidate paid
+            # the links); "arrivals": a star's arrivals (--star-times).
             "timings": "own" if own_times else "arrivals",
             # the links topology candidates paid: measured (--probe-links), or stated
             # (null bandwidths: unlimited)
@@ -752,6 +779,31 @@ def _note_coordinator_queue(
             "pool times every worker without it (its workers' own times)",
             file=sys.stderr,
         )
+
+
+def _star_own(args: argparse.Namespace, records: Sequence[RoundRecord], link: Link | None) -> bool:
+    """Whether a star run is read by its workers' own times (--star-times): by default
+    when the links are known (the network they leave out is then charged) and every
+    worker that answered sent them."""
+    timed = [r for r in records if r.response_seconds]
+    sent = bool(timed) and all(set(r.response_seconds) <= set(r.ready_seconds) for r in timed)
+    if args.star_times == "arrivals" or args.trace:
+        return False
+    if args.star_times == "own":
+        if link is None:
+            raise ConfigError(
+                "--star-times own leaves the network out of the delays, and every "
+                "candidate pays it over the links: state them (--link-latency SECONDS "
+                "--link-bandwidth BYTES_PER_S) or measure them (--probe-links)"
+            )
+        if not sent:
+            raise ConfigError(
+                f"{args.results} holds no own times of its star workers (they are sent "
+                "with every result since 2026-12-01; workers of older versions or other "
+                "implementations may send none): give --star-times arrivals"
+            )
+        return True
+    return link is not None and sent
 
 
 def _went_without(path: str, obs: Observations) -> dict[str, int]:

@@ -224,6 +224,7 @@ class RoundLoop:
                 ready_seconds=out.ready,
                 left_out_seconds=out.left_out,
                 holders=self._new_holders(),
+                topology=self.plane.name,
             )
             policy.observe(record)
             round_hist.observe(round_s)
@@ -568,11 +569,12 @@ class RoundLoop:
             computes[event.worker] = event.result.compute_seconds
             if event.result.contributors:
                 below[event.worker] = tuple(event.result.contributors)
-            if plane.peered:  # a star's arrivals time its workers themselves
-                for timing in event.result.timings:  # checked on arrival (check_timings)
-                    ready[timing.worker] = timing.ready_seconds
-                    computes[timing.worker] = timing.compute_seconds
-                timed[event.worker] = tuple(int(timing.worker) for timing in event.result.timings)
+            # A ring's or tree's own times, or a star worker's (its arrival less the
+            # network: none from workers of versions before 2026-12-01).
+            for timing in event.result.timings:  # checked on arrival (check_timings)
+                ready[timing.worker] = timing.ready_seconds
+                computes[timing.worker] = timing.compute_seconds
+            timed[event.worker] = tuple(int(timing.worker) for timing in event.result.timings)
             if guard is not None and not event.summed:
                 arrivals, faults = guard.admit(event.worker, event.payload, len(outstanding))
                 for worker, reason in faults.items():

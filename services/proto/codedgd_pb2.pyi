@@ -348,7 +348,7 @@ class JobRef(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class RoundReport(_message.Message):
-    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note", "excluded", "attempts", "restarts", "cancelled_seconds", "ready_seconds", "left_out_seconds", "holders")
+    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note", "excluded", "attempts", "restarts", "cancelled_seconds", "ready_seconds", "left_out_seconds", "holders", "topology")
     class ResponseSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -427,6 +427,7 @@ class RoundReport(_message.Message):
     READY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LEFT_OUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     wall_seconds: float
@@ -456,7 +457,8 @@ class RoundReport(_message.Message):
     ready_seconds: _containers.ScalarMap[int, float]
     left_out_seconds: _containers.ScalarMap[int, float]
     holders: _containers.ScalarMap[int, str]
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ..., excluded: _Optional[_Mapping[int, str]] = ..., attempts: _Optional[int] = ..., restarts: _Optional[_Iterable[str]] = ..., cancelled_seconds: _Optional[_Mapping[int, float]] = ..., ready_seconds: _Optional[_Mapping[int, float]] = ..., left_out_seconds: _Optional[_Mapping[int, float]] = ..., holders: _Optional[_Mapping[int, str]] = ...) -> None: ...
+    topology: str
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ..., excluded: _Optional[_Mapping[int, str]] = ..., attempts: _Optional[int] = ..., restarts: _Optional[_Iterable[str]] = ..., cancelled_seconds: _Optional[_Mapping[int, float]] = ..., ready_seconds: _Optional[_Mapping[int, float]] = ..., left_out_seconds: _Optional[_Mapping[int, float]] = ..., holders: _Optional[_Mapping[int, str]] = ..., topology: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "state", "round", "rounds", "error", "loss", "metric", "metric_name", "detail", "workers_missing", "workers_needed", "uploads", "computations")

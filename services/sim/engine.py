@@ -103,7 +103,7 @@ class _Round:
     responses: dict[int, float] = field(default_factory=dict)
     computes: dict[int, float] = field(default_factory=dict)
     cancels: dict[int, float] = field(default_factory=dict)  # worker → its Cancel's time
-    ready: dict[int, float] = field(default_factory=dict)  # ring, tree: WorkerTiming's
+    ready: dict[int, float] = field(default_factory=dict)  # WorkerTiming's ready_seconds
     left_out: dict[int, float] = field(default_factory=dict)  # tree: bounds of leaves out
     bytes_down: int | None = None  # None: θ's bytes to each of the computations
     workers_used: tuple[int, ...] | None = None  # None: the estimate's
@@ -331,6 +331,7 @@ class Simulator:
                 cancelled_seconds=out.cancels,
                 ready_seconds=out.ready,
                 left_out_seconds=out.left_out,
+                topology=prepared.plan.topology.kind,
             )
             prepared.policy.observe(record)
             records.append(record)
@@ -407,6 +408,8 @@ class Simulator:
         done = cpu_done(cost, down, np.array(work, dtype=np.float64), coordinator)
         ready = np.array([done[i] + self._delay(w, t, compute[w]) for i, w in enumerate(contacted)])
         arrival = uplink_arrivals(cost, ready, sizes)
+        # Each worker's own times (its WorkerTiming): θ_t complete there → result ready.
+        own = {w: float(ready[i] - down[i]) for i, w in enumerate(contacted)}
         # (seconds after θ_t was sent, order, kind, worker or place): ties keep arrival
         # order, then push order. A "connect" is a crashed worker back: newcomers
         # connected by then take open places (Newcomers.take), whose "replaced" follows.
@@ -478,9 +481,9 @@ class Simulator:
                         compute[w] = self._compute_now(w, point, payloads, compute[w])
                     uploading[w] = self._uploads(w, payloads, spec.params, lazy_round)
                     size = self.payload_bytes[w] if uploading[w] else 0
-                    ready_at = at + cost.link_seconds(theta_bytes)
-                    ready_at += self._cpu_work(compute[w], theta_bytes, size)
-                    ready_at += self._delay(w, t, compute[w])
+                    own[w] = self._cpu_work(compute[w], theta_bytes, size)
+                    own[w] += self._delay(w, t, compute[w])
+                    ready_at = at + cost.link_seconds(theta_bytes) + own[w]
                     arrive = float(uplink_arrivals(cost, np.array([ready_at]), [size])[0])
                     push(arrive, "arrive", w)
                     if policy.feasible(frozenset(outstanding)):
@@ -512,6 +515,7 @@ class Simulator:
             out.compute_max = max(out.compute_max, compute[w])
             out.responses[w] = at
             out.computes[w] = compute[w]
+            out.ready[w] = max(own[w], compute[w])
             if uploading[w]:
                 out.uploads += 1
                 out.bytes_up += self.payload_bytes[w]

@@ -85,7 +85,7 @@ def trace_from_records(
         row: list[float | None] = []
         computes = list(r.worker_compute_seconds.values())
         mean_compute = sum(computes) / len(computes) if computes else 0.0
-        own = bool(r.ready_seconds)  # a ring's or tree's round: its workers' own times
+        own = r.peered  # a ring's or tree's round: its workers' own times
         times = r.ready_seconds if own else r.response_seconds
         for w in range(n_workers):
             response = times.get(w)

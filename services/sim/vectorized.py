@@ -150,7 +150,8 @@ class VectorizedSimulator(Simulator):
         contacted = np.asarray(spec.workers, dtype=np.int64)
         compute = compute_model[contacted]
         delay = delays_of(self.straggler, contacted, t, compute, self.loads[contacted])
-        ready = downlink_times(cost, theta_bytes, len(contacted)) + compute + delay
+        own = compute + delay  # each worker's own times: θ_t complete there → result ready
+        ready = downlink_times(cost, theta_bytes, len(contacted)) + own
         sizes = self._sizes[contacted]
         arrival = uplink_arrivals(cost, ready, sizes)
         by_time = np.argsort(arrival, kind="stable")
@@ -182,6 +183,7 @@ class VectorizedSimulator(Simulator):
         if self.per_worker:
             out.responses = {int(contacted[i]): float(arrival[i]) for i in used}
             out.computes = {int(contacted[i]): float(compute[i]) for i in used}
+            out.ready = {int(contacted[i]): float(own[i]) for i in used}
             # The others are cancelled when the round decodes (a served group's members
             # too: this engine does not cancel them earlier).
             late = np.ones(len(contacted), dtype=bool)

@@ -544,6 +544,7 @@ def observe(
     tree: TreeShape | None = None,
     coordinator_egress: float | None = None,
     coordinator_sharing: str = "fifo",
+    star_times: str = "arrivals",
 ) -> Observations:
     """The timings of ``records`` (a run of ``n_workers``), checked to be enough to fit
     (``min_rounds`` rounds with per-worker response times).
@@ -559,6 +560,13 @@ def observe(
     replay's star rounds put the queue back (:attr:`Observations.coordinator_egress`).
     The copy's bytes are the round's ``bytes_down`` over the workers asked
     (``computations``), a worker lost in the round among them.
+
+    ``star_times`` "own": a star's rounds are read by their workers' own times
+    (``ready_seconds``, sent since 2026-12-01), as a ring's are: no network, no queue on
+    the coordinator's NIC in them (nothing for ``coordinator_egress`` to take out). A
+    worker cancelled at c is then censored at c less the round's longest network time
+    among those that answered (response less own time): it had waited at most about
+    that long for θ_t. "arrivals" (the default): by their arrivals, as above.
 
     A ring's or tree's round (``ready_seconds``: each worker's own time from θ_t to its
     message ready) gives each timed worker's excess as that time less its compute: its
@@ -592,9 +600,25 @@ def observe(
         raise ConfigError(
             f"the coordinator's copies of θ share its NIC fifo or fair, not {coordinator_sharing!r}"
         )
+    if star_times not in ("arrivals", "own"):
+        raise ConfigError(
+            f"a star's rounds are read by their arrivals or own times, not {star_times!r}"
+        )
+    star_own = star_times == "own"
+    if star_own:
+        coordinator_egress = None  # (own times hold no queue)
+        for r in timed:
+            bare = sorted(set(r.response_seconds) - set(r.ready_seconds))
+            if not r.peered and bare:
+                raise ConfigError(
+                    f"round {r.round} has no own times (WorkerTiming) of workers {bare}, "
+                    "only their arrivals: they are of a version before 2026-12-01 or of "
+                    "another implementation that sends none; read the run by its arrivals"
+                )
     queue_taken = np.zeros((len(timed), n_workers)) if coordinator_egress is not None else None
     for i, r in enumerate(timed):
-        own = bool(r.ready_seconds)  # a ring's or tree's round: its workers' own times
+        peered = r.peered  # a ring's or tree's round: its workers' own times
+        own = peered or star_own
         times = r.ready_seconds if own else r.response_seconds
         _of_the_job(r.round, times, "has timings of" if own else "has responses from", n_workers)
         computes = list(r.worker_compute_seconds.values())
@@ -607,7 +631,7 @@ def observe(
         # (and ring or tree rounds) do not say who was cancelled when: every worker that
         # did not answer is taken to be, at the round's decode. A tree's leaf its parent
         # did without: at least as slow as the siblings it used (left_out_seconds).
-        if own:
+        if peered:
             _of_the_job(r.round, r.left_out_seconds, "left out", n_workers)
             bounds = {w: float(s) for w, s in r.left_out_seconds.items() if w not in times}
         elif r.cancelled_seconds:
@@ -618,6 +642,10 @@ def observe(
             bounds = dict.fromkeys(silent, float(r.wait_seconds))
         else:
             bounds = {}
+        if own and not peered and bounds:  # a star's cancel, read by own times
+            arrived = r.response_seconds
+            network = max((arrived[w] - t for w, t in times.items() if w in arrived), default=0.0)
+            bounds = {w: at - max(network, 0.0) for w, at in bounds.items()}
         for w, at in bounds.items():
             excess[i, w] = max(at - mean_compute, 0.0)
             censored[i, w] = True
@@ -626,7 +654,7 @@ def observe(
             if 0 <= w < n_workers:
                 below = tree.subtree(w) if tree is not None else (w,)
                 lost[i, [v for v in below if np.isnan(excess[i, v])]] = True
-        if after is not None and own and tree is not None:
+        if after is not None and peered and tree is not None:
             for w, at in _subtrees_left_out(tree, r.ready_seconds).items():
                 if gone.isdisjoint(tree.subtree(w)):  # (a lost worker was not slow)
                     after[i, w] = at
@@ -651,7 +679,7 @@ def observe(
     missing = [w for w in range(n_workers) if np.isnan(excess[:, w]).all()]
     used = {w for r in timed for w in r.workers_used}
     untimed = [w for w in missing if w in used]
-    if untimed and any(r.ready_seconds for r in timed):
+    if untimed and any(r.peered for r in timed):
         # Their messages were summed in, so they took part: each worker sends its own
         # times with its message, and these sent none. (One never used is an inner node
         # a codedreduce parent left out: below.)
@@ -662,7 +690,7 @@ def observe(
             "their delays are unknown. Tune from a star run on the same pool: a probe "
             "(--probe JOB.toml) or a run of uncoded"
         )
-    if missing and any(r.ready_seconds for r in timed):
+    if missing and any(r.peered for r in timed):
         raise ConfigError(
             f"workers {missing} of the job's {n_workers} were timed in none of the "
             f"{len(timed)} rounds: a tree parent (codedreduce) leaves its slowest children "

@@ -8,8 +8,10 @@ the user states or this measures.
 Two short jobs run on one worker of the pool, with nothing else on its link: uncoded, on
 a few synthetic rows of :data:`SMALL_DIM` and :data:`LARGE_DIM` features, so a round
 sends θ down and the gradient up, two messages of about 8 kB or 2 MB each, around a
-computation of a few rows. Each round's time beyond the worker's compute (its response
-at the coordinator less the compute it reports) is a round trip: two hops. Their median
+computation of a few rows. Each round's time beyond the worker's own (its response at
+the coordinator less the time from θ complete at the worker to its result ready, which
+the worker reports; the compute it reports, from workers that send no own times) is a
+round trip: two hops. Their median
 at each size gives the line ``2·latency + bytes/bandwidth``: the bandwidth from the
 difference of the two, the latency from what the small messages take beyond their bytes.
 What a message costs beyond the wire (gRPC, protobuf, Python at both ends) is in them
@@ -95,8 +97,8 @@ class LinkFit:
 
 
 def round_trips(records: Sequence[RoundRecord], what: str) -> tuple[np.ndarray, float]:
-    """(seconds beyond compute of each timed round trip, bytes of one round trip) of a
-    probe's rounds. ``what`` names the probe in errors."""
+    """(seconds beyond the worker's own of each timed round trip, bytes of one round
+    trip) of a probe's rounds. ``what`` names the probe in errors."""
     trips: list[float] = []
     sizes: list[float] = []
     for r in records[SKIPPED_ROUNDS:]:
@@ -104,7 +106,8 @@ def round_trips(records: Sequence[RoundRecord], what: str) -> tuple[np.ndarray, 
             continue
         sizes.append((r.bytes_down + r.bytes_up) / r.computations)
         for w, seconds in r.response_seconds.items():
-            trips.append(float(seconds) - float(r.worker_compute_seconds.get(w, 0.0)))
+            own = r.ready_seconds.get(w, r.worker_compute_seconds.get(w, 0.0))
+            trips.append(float(seconds) - float(own))
     values = np.array(trips)
     if values.size < MIN_TRIPS:
         raise ConfigError(

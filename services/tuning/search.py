@@ -653,7 +653,10 @@ def search(
             latency_seconds=0.0,
             bandwidth_bytes_per_second=math.inf,
         )
-    over_link = link.charged(cost) if link is not None else cost
+    # (the coordinator sends and hears every candidate's messages as it did the source's)
+    over_link = (
+        link.charged(cost).replace(sharing=obs.coordinator_sharing) if link is not None else cost
+    )
     if network_in_delays and obs.coordinator_egress is not None:
         # θ's queue on the coordinator's NIC was taken out of the delays: each star
         # candidate's rounds queue their own copies again, as they were sent.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,9 @@ class Job:
     straggler: StragglerModel | None = None
     theta: Assembler | None = None
     theta_round: int = -1
+    # (round, perf_counter) when a star round's θ was complete here: its own times'
+    # start (the WorkerTiming sent with the result).
+    theta_done: tuple[int, float] = (-1, 0.0)
     theta_params: dict[str, float] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     task_round: int = -1
@@ -369,6 +373,7 @@ class Rounds:
         if theta is None:
             return
         job.theta = None
+        job.theta_done = (int(start.round), time.perf_counter())
         self._cancel_task(job)
         cancel = job.cancel_event = CancelFlag()
         job.task_round = int(start.round)
@@ -497,6 +502,7 @@ class Rounds:
         except Exception as exc:  # a payload the trigger cannot compare: say so, live on
             self._round_failed(job, round_, "lazy aggregation's trigger", exc)
             return
+        timing = self._own_timing(job, round_, result)
         if not upload:
             self.stats.uploads_skipped += 1
             message = pb.WorkerMessage()
@@ -506,6 +512,7 @@ class Rounds:
             skipped.skipped = True
             skipped.compute_seconds = result.seconds
             skipped.delay_seconds = delay
+            skipped.timings.append(timing)
             self._send(message)
             return
         if job.lazy.active(params):
@@ -523,7 +530,19 @@ class Rounds:
                 cancel,
                 self.chunk_bytes,
                 self._count_sent,
+                timings=(timing,),
             )
+        )
+
+    def _own_timing(self, job: Job, round_: int, result: ComputeResult) -> pb.WorkerTiming:
+        """This worker's own times of a star round, sent with its result: from θ_t complete
+        here to the result ready (compute, then the straggler delay), no network."""
+        done_round, done_at = job.theta_done
+        ready = time.perf_counter() - done_at if done_round == round_ else result.seconds
+        return pb.WorkerTiming(
+            worker=int(job.assignment.worker_index),
+            compute_seconds=result.seconds,
+            ready_seconds=max(ready, result.seconds),
         )
 
     def _count_sent(self, nbytes: int) -> None:

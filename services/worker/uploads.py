@@ -70,7 +70,7 @@ class Upload:
     attempt: int = 0
     segment: int = 0  # ring: the segment of the sum the payload is
     contributors: tuple[int, ...] = ()  # tree: the workers below whose messages are in it
-    timings: tuple[pb.WorkerTiming, ...] = ()  # ring, tree: own times (and those below)
+    timings: tuple[pb.WorkerTiming, ...] = ()  # own times (a tree's: and those below)
 
     def __iter__(self) -> Iterator[bytes]:
         for c in chunks("gradient", self.payload, self.chunk_bytes):

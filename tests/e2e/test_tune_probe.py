@@ -84,6 +84,12 @@ def test_a_probe_job_is_tuned_on_and_a_pool_too_small_is_refused(
         assert probe["job"]["policy"]["name"] == "uncoded" and len(probe["rounds"]) == 8
         assert all(len(r["response_seconds"]) == 4 for r in probe["rounds"])
         assert all(len(r["worker_compute_seconds"]) == 4 for r in probe["rounds"])
+        # Each worker's own time from θ to its result, sent with it: no network in it.
+        for r in probe["rounds"]:
+            assert r["topology"] == "star" and len(r["ready_seconds"]) == 4
+            for w, own in r["ready_seconds"].items():
+                assert r["worker_compute_seconds"][w] <= own < r["response_seconds"][w]
+        assert json.loads(done.stdout)["timings"] == "arrivals"  # (no links: the network in)
         doc = json.loads(done.stdout)
         # The target and the rounds a candidate may take are the job's, not the probe's.
         assert doc["target_loss"] == 0.6 and doc["rounds"] == 100
@@ -161,6 +167,7 @@ def test_the_links_are_measured_on_the_pool_and_the_topologies_pay_them(
             pytest.approx(link)
         )
         assert any(c["label"].startswith("tree") for c in doc["candidates"])
+        assert doc["timings"] == "own"  # (the links known: the star's own times read)
     finally:
         if coordinator.proc is not None:
             coordinator.proc.kill()

@@ -100,6 +100,21 @@ def test_a_tree_rounds_trace_is_its_workers_own_times() -> None:
     assert trace_from_records([r], 5, censored="null")[0][3] is None
 
 
+def test_a_star_rounds_trace_is_its_arrivals_though_its_workers_sent_own_times() -> None:
+    """A star worker's own times (sent since 2026-12-01) leave the network out; a trace
+    of its run is of the arrivals, network in, as before (kind's meaning)."""
+    import dataclasses
+
+    r = dataclasses.replace(
+        record(0, {0: 0.9, 1: 0.4}, {0: 0.1, 1: 0.1}),
+        ready_seconds={0: 0.3, 1: 0.2},
+        topology="star",
+    )
+    assert trace_from_records([r], 2, kind="response")[0] == [0.9, 0.4]
+    peered = dataclasses.replace(r, topology="ring")
+    assert trace_from_records([peered], 2, kind="response")[0] == [0.3, 0.2]
+
+
 @pytest.mark.parametrize("suffix", [".json", ".csv"])
 def test_written_traces_are_read_by_the_trace_straggler_model(tmp_path: Path, suffix: str) -> None:
     table = [[0.5, None, 0.25], [0.0, 1.5, 2.0]]
