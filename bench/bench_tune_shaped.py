@@ -6,11 +6,14 @@ like the workers'), codedgd's own processes, and a job whose θ is ``--dim`` val
 star's twelve copies of θ and twelve gradients a round queue on the coordinator's NIC.
 
 ``codedgd tune --probe JOB.toml --probe-links`` runs in the coordinator's namespace as a
-user runs it (a probe job of uncoded, then the two link probes), once with tune's
-default model of the coordinator (its NIC at the measured link's rate, θ's copies sent
-side by side: ``--coordinator-sharing fair``), once as tune was before 2026-11-30 (an
-unlimited coordinator: ``--coordinator-bandwidth inf``) on the same probe, and once
-reading the copies as sent one after another (``fifo``). Then tune's top candidates of
+user runs it (a probe job of uncoded, then the two link probes), once as tune reads it
+by default (each worker's own times, sent with its results since 2026-12-01: no
+network in them, every candidate pays the measured links, the coordinator's NIC at
+their rate with θ's copies side by side, ``--coordinator-sharing fair``), once with the
+copies one after another (``fifo``), and once as tune read it before 2026-12-01 (by its
+arrivals, θ's queue taken out as side by side: ``--star-times arrivals``), on the same
+probe. (Before 2026-11-30 tune took the coordinator as unlimited:
+``--star-times arrivals --coordinator-bandwidth inf``.) Then tune's top candidates of
 each, uncoded, ring-allreduce and the tree run for real on the same processes to the
 same target (the uncoded simulation's loss at round ``--target-round``), ``--repeats``
 times each, and each candidate's predicted time is set against its real one.
@@ -50,10 +53,11 @@ from bench.bench_shaped import (
 from codedgd.services.job import Component, JobConfig
 
 MODELS = {
-    "fair (default)": [],
-    "fifo": ["--coordinator-sharing", "fifo"],
-    "unlimited (before)": ["--coordinator-bandwidth", "inf"],
+    "own times, fair (default)": [],
+    "own times, fifo": ["--coordinator-sharing", "fifo"],
+    "arrivals, fair (before)": ["--star-times", "arrivals"],
 }
+FIRST = next(iter(MODELS))
 
 
 def job(args: argparse.Namespace, policy: Component, rounds: int) -> JobConfig:
@@ -172,7 +176,7 @@ def main() -> None:
                 proc.kill()
                 proc.wait()
             teardown(hosts)
-    link = docs["fair (default)"]["link"]
+    link = docs[FIRST]["link"]
     print(
         f"rate {args.rate}, θ of {args.dim} values, exponential delays of mean "
         f"{args.delay} s, target loss {target:.6g} (uncoded's round {args.target_round}); "
