@@ -193,10 +193,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--coordinator-sharing",
         choices=["fair", "fifo"],
         default="fair",
-        help="how the source run's coordinator sent θ's copies through its NIC, which tune "
-        "takes out of a star run's arrivals: side by side, each of n after n copies' time "
-        "(fair: TCP flows, as `codedgd run` sends them; the default), or one after "
-        "another in worker order (fifo: `codedgd simulate`'s default --sharing)",
+        help="how the coordinator's NIC carries its messages: side by side, each of n "
+        "copies of θ after n copies' time (fair: TCP flows, as `codedgd run` sends them; "
+        "the default), or one after another in worker order (fifo: `codedgd simulate`'s "
+        "default --sharing). The candidates' rounds share it so, and a star run read by "
+        "its arrivals has each worker's wait for θ taken out so",
     )
     link.add_argument(
         "--star-times",
