@@ -6,14 +6,13 @@ like the workers'), codedgd's own processes, and a job whose θ is ``--dim`` val
 star's twelve copies of θ and twelve gradients a round queue on the coordinator's NIC.
 
 ``codedgd tune --probe JOB.toml --probe-links`` runs in the coordinator's namespace as a
-user runs it (a probe job of uncoded, then the two link probes), once as tune reads it
-by default (each worker's own times, sent with its results since 2026-12-01: no
-network in them, every candidate pays the measured links, the coordinator's NIC at
-their rate with θ's copies side by side, ``--coordinator-sharing fair``), once with the
-copies one after another (``fifo``), and once as tune read it before 2026-12-01 (by its
-arrivals, θ's queue taken out as side by side: ``--star-times arrivals``), on the same
-probe. (Before 2026-11-30 tune took the coordinator as unlimited:
-``--star-times arrivals --coordinator-bandwidth inf``.) Then tune's top candidates of
+user runs it (a probe job of uncoded, then the two link probes), told tbf's burst
+(``--link-burst``: every NIC a token bucket, since 2026-12-01); then on the same probe
+(the links refitted from its link probes) as tune reads it by default (each worker's own
+times, sent with its results since 2026-12-01, every candidate paying the links, no
+burst), and as tune read it before 2026-12-01 (by its arrivals, θ's queue taken out as
+side by side: ``--star-times arrivals``). (Before 2026-11-30 tune took the coordinator
+as unlimited: ``--star-times arrivals --coordinator-bandwidth inf``.) Then tune's top candidates of
 each, uncoded, ring-allreduce and the tree run for real on the same processes to the
 same target (the uncoded simulation's loss at round ``--target-round``), ``--repeats``
 times each, and each candidate's predicted time is set against its real one.
@@ -52,12 +51,13 @@ from bench.bench_shaped import (
 )
 from codedgd.services.job import Component, JobConfig
 
+# tc's "256kb" (kibibytes): the burst bench_shaped gives every tbf qdisc.
+BURST = 256 * 1024
 MODELS = {
-    "own times, fair (default)": [],
-    "own times, fifo": ["--coordinator-sharing", "fifo"],
+    "own times, burst stated": ["--link-burst", str(BURST)],
+    "own times, no burst (default)": [],
     "arrivals, fair (before)": ["--star-times", "arrivals"],
 }
-FIRST = next(iter(MODELS))
 
 
 def job(args: argparse.Namespace, policy: Component, rounds: int) -> JobConfig:
@@ -88,10 +88,17 @@ def tune(hosts: Any, work: Path, target: float, extra: list[str], probe: Path | 
         source = ["--probe", str(work / "job.toml"), "--probe-rounds", "30", "--probe-output",
                   str(work / "probe.json"), "--probe-links"]  # fmt: skip
     else:
-        link = json.loads((work / "tune-first.json").read_text())["link"]
-        bandwidth = link["bandwidth_bytes_per_second"]
-        source = [str(probe), "--link-latency", str(link["latency_seconds"]),
-                  "--link-bandwidth", "inf" if bandwidth is None else str(bandwidth)]  # fmt: skip
+        # The links fitted again from the first run's link probes, with this model's burst.
+        from codedgd.services.records import read_result_file
+        from codedgd.services.tuning import fit_link
+
+        burst = float(extra[extra.index("--link-burst") + 1]) if "--link-burst" in extra else 0.0
+        small, large = (read_result_file(work / f"probe.link-{size}.json")[2]
+                        for size in ("small", "large"))  # fmt: skip
+        link = fit_link(list(small), list(large), burst=burst).link
+        bandwidth = link.bandwidth_bytes_per_second
+        source = [str(probe), "--link-latency", str(link.latency_seconds),
+                  "--link-bandwidth", str(bandwidth)]  # fmt: skip
     done = subprocess.run(
         ["ip", "netns", "exec", hosts.coordinator, *cli, *source,
          "--coordinator", f"{COORDINATOR_IP}:50051", "--target-loss", repr(target),
@@ -142,8 +149,6 @@ def main() -> None:
             for name, extra in MODELS.items():
                 first = not docs
                 doc = tune(hosts, work, target, extra, None if first else work / "probe.json")
-                if first:
-                    (work / "tune-first.json").write_text(json.dumps(doc))
                 docs[name] = doc
             predicted = {
                 name: {c["label"]: c["predicted_seconds"] for c in doc["candidates"]}
@@ -176,12 +181,15 @@ def main() -> None:
                 proc.kill()
                 proc.wait()
             teardown(hosts)
-    link = docs[FIRST]["link"]
+    links = "; ".join(
+        f"{name}: latency {doc['link']['latency_seconds'] * 1e3:.2f} ms, bandwidth "
+        f"{(doc['link']['bandwidth_bytes_per_second'] or float('inf')) / 1e6:.3g} MB/s"
+        for name, doc in docs.items()
+    )
     print(
         f"rate {args.rate}, θ of {args.dim} values, exponential delays of mean "
         f"{args.delay} s, target loss {target:.6g} (uncoded's round {args.target_round}); "
-        f"link measured: latency {link['latency_seconds'] * 1e3:.2f} ms, bandwidth "
-        f"{(link['bandwidth_bytes_per_second'] or float('inf')) / 1e6:.3g} MB/s\n"
+        f"links fitted: {links}\n"
     )
     best = min(v for v in real.values() if v is not None)
     print("| candidate | real (s) | real / best | " + " | ".join(

@@ -17,14 +17,19 @@ from tests.test_tune import _cli
 
 
 def _probe(
-    dim: int, latency: float, bandwidth: float, rounds: int = 20, seed: int = 0
+    dim: int,
+    latency: float,
+    bandwidth: float,
+    rounds: int = 20,
+    seed: int = 0,
+    burst: float = 0.0,
 ) -> list[RoundRecord]:
     """A probe's rounds on one worker whose link has ``latency`` a hop and ``bandwidth``:
     θ (dim float64s) down, the gradient up, around a compute of about a millisecond, with
     a jitter of up to 20 % of the wire time on top."""
     rng = np.random.default_rng([seed, dim])
     nbytes = 8 * dim + 64
-    wire = 2 * latency + 2 * nbytes / bandwidth
+    wire = 2 * latency + 2 * max(nbytes - burst, 0) / bandwidth  # (each hop: its bucket first)
     out = []
     for t in range(rounds):
         compute = 0.001 * (1 + rng.random())
@@ -72,6 +77,24 @@ def test_the_probes_give_back_the_links_latency_and_bandwidth(
     assert fitted.small_bytes == 2 * (8 * SMALL_DIM + 64)
     text = fitted.describe()
     assert "a hop" in text and "MB/s" in text
+
+
+def test_links_that_burst_are_fitted_beyond_the_stated_burst() -> None:
+    """A token bucket of 256 kB (tc tbf's burst) on 2.5 MB/s links of 0.4 ms: the small
+    probe's 8 kB messages go at once, the large one's 2 MB beyond the bucket at the rate.
+    Not told of the burst, the fit has the small messages beat the bandwidth line and
+    calls the latency 0, the rate too high; told, it gives both back."""
+    latency, bandwidth, burst = 0.0004, 2.5e6, 256e3
+    small = _probe(SMALL_DIM, latency, bandwidth, burst=burst)
+    large = _probe(LARGE_DIM, latency, bandwidth, burst=burst)
+    blind = fit_link(small, large)
+    assert blind.link.latency_seconds == 0.0
+    assert blind.link.bandwidth_bytes_per_second > 1.05 * bandwidth / 1.1
+    told = fit_link(small, large, burst=burst)
+    assert told.link.bandwidth_bytes_per_second == pytest.approx(bandwidth / 1.1, rel=0.05)
+    assert told.link.latency_seconds == pytest.approx(latency * 1.1, rel=0.1)
+    assert told.link.burst_bytes == burst and told.to_dict()["burst_bytes"] == burst
+    assert "beyond a burst of 256 kB" in told.describe()
 
 
 def test_links_too_fast_for_the_probes_are_free_and_said_to_be() -> None:

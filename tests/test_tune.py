@@ -1089,6 +1089,26 @@ def test_star_times_own_needs_the_links_and_the_workers_own_times(tmp_path: Path
     assert json.loads(done.stdout)["timings"] == "own"
 
 
+def test_a_links_burst_is_stated_with_the_links_and_charged_on_every_nic(tmp_path: Path) -> None:
+    done = _cli(
+        "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.01",
+        "--no-progress", "-o", "star.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    tune = ["tune", "star.json", "--no-progress", "--repeats", "1", "--policy", "uncoded"]
+    done = _cli(*tune, "--link-burst", "65536", cwd=tmp_path)
+    assert done.returncode == 2 and "--link-burst goes with the links" in done.stderr
+    links = ["--link-latency", "0.001", "--link-bandwidth", "1e6"]
+    done = _cli(*tune, *links, "--link-burst", "-1", cwd=tmp_path)
+    assert done.returncode == 2 and "--link-burst must be a number of bytes" in done.stderr
+    done = _cli(*tune, *links, "--link-burst", "65536", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["link"]["burst_bytes"] == 65536
+    cost = Link(0.001, 1e6, burst_bytes=65536).charged(CostModel())
+    assert cost.burst_bytes == 65536 and cost.egress_bandwidth_bytes_per_second == 1e6
+
+
 def test_from_a_star_run_a_trees_hops_replace_the_stars_round_trip() -> None:
     """A star run over 50 ms links: every recorded response holds 0.1 s of round trip.
     A tree of 2 × (1 + 3) pays four hops a round (θ down two levels, the sums up two);
@@ -1471,6 +1491,7 @@ def test_tune_fits_a_topology_run_from_its_workers_own_times_over_the_stated_lin
         "latency_seconds": 0.0002,
         "bandwidth_bytes_per_second": 1.25e9,
         "coordinator_bandwidth_bytes_per_second": 1.25e9,
+        "burst_bytes": 0.0,
     }
     for record in doc["rounds"]:
         record.pop("ready_seconds")  # as a file of an older version

@@ -127,6 +127,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "one after another (default unlimited)",
     )
     c.add_argument(
+        "--burst",
+        type=float,
+        default=0.0,
+        metavar="BYTES",
+        help="every NIC's token bucket, bytes each way (tc tbf's burst, a cloud NIC's "
+        "burst allowance), full at each round's start: the first BYTES through it in a "
+        "round go at once, the rest at its rate (default 0: none)",
+    )
+    c.add_argument(
         "--sharing",
         choices=["fifo", "fair"],
         default="fifo",
@@ -194,6 +203,7 @@ def cost_from_args(args: argparse.Namespace) -> Any:
         bandwidth_bytes_per_second=args.bandwidth,
         ingress_bandwidth_bytes_per_second=args.ingress_bandwidth,
         egress_bandwidth_bytes_per_second=args.egress_bandwidth,
+        burst_bytes=args.burst,
         decode_seconds=args.decode_seconds,
         round_overhead_seconds=args.round_overhead,
         sharing=args.sharing,

@@ -190,6 +190,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "unlimited)",
     )
     link.add_argument(
+        "--link-burst",
+        type=float,
+        default=0.0,
+        metavar="BYTES",
+        help="every NIC's token bucket, bytes each way (tc tbf's burst, a cloud NIC's "
+        "burst allowance; default 0: none): the first BYTES through a NIC in a round go "
+        "at once, the rest at its rate. Stated, not measured: with --probe-links the fit "
+        "puts only what is beyond it down to the bandwidth",
+    )
+    link.add_argument(
         "--coordinator-sharing",
         choices=["fair", "fifo"],
         default="fair",
@@ -300,8 +310,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "--coordinator-bandwidth goes with the links it is part of: give "
             "--link-latency and --link-bandwidth too, or --probe-links"
         )
+    if not (math.isfinite(args.link_burst) and args.link_burst >= 0):
+        raise ConfigError(f"--link-burst must be a number of bytes >= 0, got {args.link_burst}")
+    if args.link_burst and not (args.link_latency is not None or args.probe_links):
+        raise ConfigError(
+            "--link-burst goes with the links it is part of: give --link-latency and "
+            "--link-bandwidth too, or --probe-links"
+        )
     link = (
-        Link(args.link_latency, args.link_bandwidth, args.coordinator_bandwidth)
+        Link(
+            args.link_latency,
+            args.link_bandwidth,
+            args.coordinator_bandwidth,
+            burst_bytes=args.link_burst,
+        )
         if args.link_latency is not None
         else None
     )
@@ -895,7 +917,7 @@ def _probe_links(args: argparse.Namespace) -> LinkFit:
         path = stem.with_name(f"{stem.stem}.link-{size}.json")
         write_results(path, doc, records, {"rounds": len(records)})
         print(f"link probe results: {path}", file=sys.stderr)
-    fitted = fit_link(runs[0][0], runs[1][0])
+    fitted = fit_link(runs[0][0], runs[1][0], burst=args.link_burst)
     print(f"links measured: {fitted.describe()}", file=sys.stderr)
     return fitted
 

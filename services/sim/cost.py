@@ -23,6 +23,12 @@ The round is decodable at the arrival that makes ``policy.offer`` return True; i
 ``decode`` seconds later (measured wall time of ``policy.decode`` or a constant) plus
 ``round_overhead`` (serialization and the optimizer step of the coordinator).
 
+A link that bursts (``burst_bytes`` = B > 0): every NIC, each way, is a token bucket of
+B bytes at its rate (tc's tbf; a cloud NIC's burst allowance), full at each round's
+start (a round long enough to refill it): the first B bytes through it in a round go at
+once, the rest at its rate. So a message within B costs its latency only, and the
+coordinator's n copies of θ queue only beyond B. B = 0 (the default): a rate only.
+
 How messages share a link (``sharing``): ``"fifo"`` (the default) sends them one after
 another, so the first of n copies of θ_t arrives after one message's time; ``"fair"``
 shares the link among the messages in flight, as TCP flows on one link do (a fluid
@@ -87,6 +93,8 @@ class CostModel:
     round_overhead_seconds: float = 0.0
     sharing: str = "fifo"
     cores: float | None = None
+    # Every NIC's token bucket, bytes each way, full at each round's start (0: none).
+    burst_bytes: float = 0.0
     # bench/bench_host_cpu.py on the 2-core machine of docs/neural.md (CPU seconds per
     # round of real runs at two message sizes; see the module docstring).
     worker_cpu_seconds_per_message: float = 6.4e-4
@@ -109,6 +117,12 @@ class CostModel:
             if value is not None:
                 _nonnegative(key, value)
         _nonnegative("latency_seconds", self.latency_seconds)
+        _nonnegative("burst_bytes", self.burst_bytes)
+        if not math.isfinite(self.burst_bytes):
+            raise ConfigError(
+                "cost model: burst_bytes must be a finite number of bytes (0: no burst; "
+                "for unlimited links give an infinite bandwidth)"
+            )
         for key in (
             "worker_cpu_seconds_per_message",
             "worker_cpu_seconds_per_byte",
@@ -144,8 +158,10 @@ class CostModel:
         )
 
     def link_seconds(self, nbytes: int) -> float:
-        """One message over one worker's own link."""
-        return self.latency_seconds + nbytes / self.bandwidth_bytes_per_second
+        """One message over one worker's own link (the only one through it that way
+        this round: beyond the burst only is it paced)."""
+        paced = max(nbytes - self.burst_bytes, 0.0)
+        return self.latency_seconds + paced / self.bandwidth_bytes_per_second
 
     def worker_cpu(self, nbytes: float) -> float:
         """A worker's CPU seconds for one message of ``nbytes`` on a shared machine."""
@@ -179,14 +195,47 @@ def downlink_times(cost: CostModel, nbytes: int, n_contacted: int) -> np.ndarray
     egress = cost.egress_bandwidth_bytes_per_second
     if egress is None:
         return own
+    copies = np.full(n_contacted, float(nbytes))
     if cost.sharing == "fair":
         starts = np.zeros(n_contacted)
-        sizes = np.full(n_contacted, float(nbytes))
+        sizes = paced_together(copies, cost.burst_bytes)
         done = fair_finish(starts, sizes, egress, cost.bandwidth_bytes_per_second)
         held: np.ndarray = np.maximum(own, done + cost.latency_seconds)
         return held
-    queued = np.arange(1, n_contacted + 1) * (nbytes / egress)
+    queued = np.cumsum(paced(copies, cost.burst_bytes)) / egress
     out: np.ndarray = np.maximum(own, queued + cost.latency_seconds)
+    return out
+
+
+def paced_together(sizes: np.ndarray, burst: float) -> np.ndarray:
+    """As :func:`paced`, for messages that share the NIC side by side from the same
+    moment: the bucket drains into all of them equally (a message smaller than its
+    share takes only what it needs, the rest goes to the others)."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if burst <= 0 or sizes.size == 0:
+        return sizes.copy()
+    given = np.zeros_like(sizes)
+    left = float(burst)
+    open_ = sizes > 0
+    while left > 1e-12 and open_.any():
+        share = left / int(open_.sum())
+        take = np.where(open_, np.minimum(sizes - given, share), 0.0)
+        given += take
+        left -= float(take.sum())
+        open_ = sizes - given > 1e-12
+    out: np.ndarray = sizes - given
+    return out
+
+
+def paced(sizes: np.ndarray, burst: float) -> np.ndarray:
+    """What of each message (in the order they go through one NIC) its rate paces: the
+    first ``burst`` bytes of the round go at once (a token bucket full at its start)."""
+    if burst <= 0:
+        return np.asarray(sizes, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    before = np.cumsum(sizes) - sizes  # bytes through it before each message
+    free = np.clip(burst - before, 0.0, None)
+    out: np.ndarray = np.maximum(sizes - free, 0.0)
     return out
 
 
@@ -199,17 +248,22 @@ def uplink_arrivals(
     them first come first served, one at a time.
     """
     sizes = np.asarray(nbytes, dtype=np.float64)
-    own: np.ndarray = ready + cost.latency_seconds + sizes / cost.bandwidth_bytes_per_second
+    beyond = np.maximum(sizes - cost.burst_bytes, 0.0)  # (one message through its own NIC)
+    own: np.ndarray = ready + cost.latency_seconds + beyond / cost.bandwidth_bytes_per_second
     ingress = cost.ingress_bandwidth_bytes_per_second
     if ingress is None:
         return _parsed(cost, own, sizes)
+    starts = np.asarray(ready, dtype=np.float64) + cost.latency_seconds
+    # The coordinator's bucket goes to the messages in order of readiness.
+    order = np.argsort(starts, kind="stable")
+    rest = np.empty_like(sizes)
+    rest[order] = paced(sizes[order], cost.burst_bytes)
     if cost.sharing == "fair":
-        starts = np.asarray(ready, dtype=np.float64) + cost.latency_seconds
-        shared = fair_finish(starts, sizes, ingress, cost.bandwidth_bytes_per_second)
+        shared = fair_finish(starts, rest, ingress, cost.bandwidth_bytes_per_second)
         arrivals: np.ndarray = np.maximum(shared, own)
         return _parsed(cost, arrivals, sizes)
     # First come first served, one message at a time, in order of readiness.
-    free = _fcfs(np.asarray(ready, dtype=np.float64) + cost.latency_seconds, sizes / ingress)
+    free = _fcfs(starts, rest / ingress)
     out: np.ndarray = np.maximum(free, own)
     return _parsed(cost, out, sizes)
 

@@ -16,6 +16,9 @@ nodes decode their children with :class:`~codedgd.services.codes.cyclic.CyclicRo
 order of virtual arrival; the coordinator's policy is offered what reaches it, in order,
 as the real round loop offers it.
 
+A link that bursts (``CostModel.burst_bytes``): each side of every NIC spends a token
+bucket full at the round's start before its rate paces anything (:meth:`Links.transfer`).
+
 Transfers are store-and-forward per message (a tree node forwards θ once it holds all of
 it; the real workers forward chunk by chunk, which only matters for θ larger than a
 chunk). Messages leaving or reaching one node go one after another (``CostModel.sharing
@@ -43,7 +46,7 @@ from codedgd.services.compute.ring import (
 )
 from codedgd.services.errors import DecodeError, JobFailed
 from codedgd.services.policies.base import Estimate, Plan, Policy
-from codedgd.services.sim.cost import CostModel, fair_finish
+from codedgd.services.sim.cost import CostModel, fair_finish, paced_together
 
 FLOAT_BYTES = 8
 COORDINATOR = -1
@@ -56,6 +59,16 @@ class Links:
         self.cost = cost
         self._send: dict[int, float] = {}
         self._recv: dict[int, float] = {}
+        # Each side's token bucket (CostModel.burst_bytes), full at the round's start.
+        self._send_credit: dict[int, float] = {}
+        self._recv_credit: dict[int, float] = {}
+
+    def _paced(self, credit: dict[int, float], node: int, nbytes: float) -> float:
+        """Of ``nbytes`` through ``node``'s side, what its rate paces: beyond what is
+        left of its bucket this round (which the message then spends)."""
+        left = credit.get(node, self.cost.burst_bytes)
+        credit[node] = max(left - nbytes, 0.0)
+        return max(nbytes - left, 0.0)
 
     def _rate(self, node: int, outgoing: bool) -> float:
         cost = self.cost
@@ -76,9 +89,11 @@ class Links:
         """
         start = max(ready, self._send.get(src, -math.inf), self._recv.get(dst, -math.inf))
         out_rate, in_rate = self._rate(src, True), self._rate(dst, False)
-        self._send[src] = start + _seconds(nbytes, out_rate)
-        self._recv[dst] = start + _seconds(nbytes, in_rate)
-        return start + _seconds(nbytes, min(out_rate, in_rate)) + self.cost.latency_seconds
+        out_s = _seconds(self._paced(self._send_credit, src, nbytes), out_rate)
+        in_s = _seconds(self._paced(self._recv_credit, dst, nbytes), in_rate)
+        self._send[src] = start + out_s
+        self._recv[dst] = start + in_s
+        return start + max(out_s, in_s) + self.cost.latency_seconds
 
     def fan_out(self, src: int, transfers: Sequence[tuple[int, int, float]]) -> list[float]:
         """``src`` sends each (dst, bytes, ready): the arrival times, in that order.
@@ -90,7 +105,13 @@ class Links:
             return [self.transfer(src, dst, nbytes, ready) for dst, nbytes, ready in transfers]
         busy = self._send.get(src, -math.inf)
         starts = np.array([max(ready, busy) for _, _, ready in transfers])
-        sizes = np.array([float(nbytes) for _, nbytes, _ in transfers])
+        # (src's bucket drains into the messages side by side; each receiver's its own)
+        whole = np.array([float(nbytes) for _, nbytes, _ in transfers])
+        credit = self._send_credit.get(src, self.cost.burst_bytes)
+        sizes = paced_together(whole, credit)
+        self._send_credit[src] = max(credit - float(whole.sum()), 0.0)
+        for dst, nbytes, _ in transfers:
+            self._paced(self._recv_credit, dst, nbytes)
         cap = min((self._rate(dst, False) for dst, _, _ in transfers), default=math.inf)
         done = fair_finish(starts, sizes, self._rate(src, True), cap)
         for (dst, _, _), end in zip(transfers, done, strict=True):
@@ -113,7 +134,12 @@ class Links:
         starts = np.array(
             [max(ready, busy, self._send.get(src, -math.inf)) for src, _, ready in transfers]
         )
-        sizes = np.array([float(nbytes) for _, nbytes, _ in transfers])
+        by_start = sorted(range(len(transfers)), key=lambda i: (float(starts[i]), i))
+        sizes = np.zeros(len(transfers))
+        for i in by_start:  # (the bucket goes to the first in)
+            src, nbytes, _ = transfers[i]
+            sizes[i] = self._paced(self._recv_credit, dst, nbytes)
+            self._paced(self._send_credit, src, nbytes)
         cap = min((self._rate(src, True) for src, _, _ in transfers), default=math.inf)
         done = fair_finish(starts, sizes, self._rate(dst, False), cap)
         for (src, _, _), end in zip(transfers, done, strict=True):
@@ -123,7 +149,7 @@ class Links:
         return [float(end) + self.cost.latency_seconds for end in done]
 
 
-def _seconds(nbytes: int, rate: float) -> float:
+def _seconds(nbytes: float, rate: float) -> float:
     return nbytes / rate if math.isfinite(rate) else 0.0
 
 

@@ -77,6 +77,11 @@ class LinkFit:
             f"{self.small_bytes / 1e3:.4g} kB in {self.small_seconds * 1e3:.3g} ms, "
             f"{self.large_bytes / 1e6:.4g} MB in {self.large_seconds * 1e3:.3g} ms: "
             f"latency {self.link.latency_seconds * 1e3:.3g} ms a hop, bandwidth {shown}"
+            + (
+                f" beyond a burst of {self.link.burst_bytes / 1e3:.4g} kB"
+                if self.link.burst_bytes
+                else ""
+            )
         )
 
     def to_dict(self) -> dict[str, float]:
@@ -88,6 +93,7 @@ class LinkFit:
                 if math.isfinite(self.link.bandwidth_bytes_per_second)
                 else None  # type: ignore[dict-item]
             ),
+            "burst_bytes": self.link.burst_bytes,  # (stated: what the fit took it to be)
             "small_bytes": self.small_bytes,
             "small_seconds": self.small_seconds,
             "large_bytes": self.large_bytes,
@@ -120,10 +126,17 @@ def round_trips(records: Sequence[RoundRecord], what: str) -> tuple[np.ndarray, 
     return values, float(np.median(sizes))
 
 
-def fit_link(small: Sequence[RoundRecord], large: Sequence[RoundRecord]) -> LinkFit:
+def fit_link(
+    small: Sequence[RoundRecord], large: Sequence[RoundRecord], burst: float = 0.0
+) -> LinkFit:
     """The link that the two probes' round trips fit (see the module's text). Where the
     large messages took no longer than the small ones, the bandwidth is beyond what
-    messages of this size can measure: free (inf)."""
+    messages of this size can measure: free (inf).
+
+    ``burst``: the links' token bucket, bytes each way (stated: two sizes cannot tell it
+    from the latency and the rate). Each hop's first ``burst`` bytes then cost nothing
+    but the latency, and only the rest is put down to the bandwidth; the small
+    messages, within it, time the latency alone."""
     small_trips, small_bytes = round_trips(small, "small")
     large_trips, large_bytes = round_trips(large, "large")
     if not large_bytes > small_bytes:
@@ -133,10 +146,15 @@ def fit_link(small: Sequence[RoundRecord], large: Sequence[RoundRecord]) -> Link
         )
     t_small, t_large = float(np.median(small_trips)), float(np.median(large_trips))
     extra = t_large - t_small
-    bandwidth = (large_bytes - small_bytes) / extra if extra > 0 else math.inf
-    latency = max(t_small - small_bytes / bandwidth, 0.0) / 2.0
+    # (a round trip is two hops of half its bytes, each paced beyond the burst)
+    small_paced = 2 * max(small_bytes / 2 - burst, 0.0)
+    large_paced = 2 * max(large_bytes / 2 - burst, 0.0)
+    bandwidth = (large_paced - small_paced) / extra if extra > 0 else math.inf
+    if not bandwidth > 0:  # (the large messages fit in the burst too: nothing paced)
+        bandwidth = math.inf
+    latency = max(t_small - small_paced / bandwidth, 0.0) / 2.0
     return LinkFit(
-        Link(latency, bandwidth),
+        Link(latency, bandwidth, burst_bytes=burst),
         small_bytes,
         t_small,
         large_bytes,

@@ -303,12 +303,16 @@ class Link:
     of ``coordinator_bandwidth_bytes_per_second`` each way (None: as fast as a worker's
     link, as in a cluster of one instance type; inf: unlimited, the coordinator's side
     never the bottleneck). A star's n copies of θ and n gradients then queue on it,
-    where a tree's root hears only its children: what a tree saves.
+    where a tree's root hears only its children: what a tree saves. ``burst_bytes``:
+    every NIC a token bucket of that many bytes each way, full at each round's start
+    (tc tbf's burst; :class:`~codedgd.services.sim.cost.CostModel`).
     """
 
     latency_seconds: float
     bandwidth_bytes_per_second: float
     coordinator_bandwidth_bytes_per_second: float | None = None
+    # Every NIC's token bucket, bytes each way (CostModel.burst_bytes; 0: none).
+    burst_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.latency_seconds) and self.latency_seconds >= 0):
@@ -319,6 +323,10 @@ class Link:
             raise ConfigError(
                 "the link's bandwidth must be a number of bytes/s > 0 (inf: free), got "
                 f"{self.bandwidth_bytes_per_second!r}"
+            )
+        if not (math.isfinite(self.burst_bytes) and self.burst_bytes >= 0):
+            raise ConfigError(
+                f"the links' burst must be a number of bytes >= 0, got {self.burst_bytes!r}"
             )
         coordinator = self.coordinator_bandwidth_bytes_per_second
         if coordinator is not None and not coordinator > 0:
@@ -342,6 +350,7 @@ class Link:
             bandwidth_bytes_per_second=self.bandwidth_bytes_per_second,
             ingress_bandwidth_bytes_per_second=shared,
             egress_bandwidth_bytes_per_second=shared,
+            burst_bytes=self.burst_bytes,
         )
 
     def to_dict(self) -> dict[str, float | None]:
@@ -354,6 +363,7 @@ class Link:
             "latency_seconds": self.latency_seconds,
             "bandwidth_bytes_per_second": rate(self.bandwidth_bytes_per_second),
             "coordinator_bandwidth_bytes_per_second": rate(self.coordinator_rate),
+            "burst_bytes": self.burst_bytes,
         }
 
 
@@ -362,9 +372,9 @@ def star_round_trip(obs: Observations, link: Link, theta_bytes: int) -> np.ndarr
     ``link``, beyond what :func:`~codedgd.services.stragglers.fitted.observe` took out:
     θ down (one hop, λ + b/β, less θ's wait on the coordinator's NIC where that was
     taken out, :attr:`Observations.queue_taken`: its own hop overlaps it) and one
-    gradient of as many bytes back (λ + b/β). The gradients' queue into the
-    coordinator's NIC is not in it: it follows who was ready first."""
-    hop = theta_bytes / link.bandwidth_bytes_per_second
+    gradient of as many bytes back (λ + b/β; b beyond the links' burst). The gradients'
+    queue into the coordinator's NIC is not in it: it follows who was ready first."""
+    hop = max(theta_bytes - link.burst_bytes, 0.0) / link.bandwidth_bytes_per_second
     taken = obs.queue_taken if obs.queue_taken is not None else np.zeros(obs.excess.shape)
     # θ reached a worker after its own hop or its wait on the coordinator's NIC, the
     # later of the two; the wait is out already.

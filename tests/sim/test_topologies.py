@@ -92,6 +92,39 @@ def test_when_bandwidth_binds_the_star_queues_on_the_coordinators_nic(n: int) ->
     assert ring.records[-1].round_seconds == pytest.approx(expected_ring, rel=1e-9)
 
 
+@pytest.mark.parametrize("n", [4, 8, 10])
+def test_what_fits_in_a_nics_burst_costs_only_its_latency(n: int) -> None:
+    """As above, with every NIC a token bucket of three messages (full at the round's
+    start). The star's first three copies of θ leave at once and the rest queue, so
+    copy k is out after (k − 3)⁺·S/β; three gradients then come in at once and the
+    coordinator takes the rest one after another: (n − 2)·S/β, against (n + 1)·S/β
+    without the burst. A ring's steps all fit: only its 2n hops' latency is left."""
+    beta, S, alpha = 1e5, 8 * 40, 1e-3
+    links = {
+        "latency_seconds": 0.0,
+        "bandwidth_bytes_per_second": beta,
+        "ingress_bandwidth_bytes_per_second": beta,
+        "egress_bandwidth_bytes_per_second": beta,
+        "burst_bytes": 3 * S,
+    }
+    star = simulate(_config(n, Component("uncoded"), rounds=2), _no_compute(**links))
+    assert star.records[-1].round_seconds == pytest.approx((n - 2) * S / beta, rel=1e-9)
+    fair = _no_compute(**links).replace(sharing="fair")
+    star = simulate(_config(n, Component("uncoded"), rounds=2), fair)
+    # Side by side the bucket drains into every copy alike: all are out at (n − 3)·S/β.
+    downs = star.records[-1].response_seconds
+    assert min(downs.values()) == pytest.approx((n - 3) * S / beta, rel=1e-9)
+    ring = simulate(
+        _config(n, Component("ring-allreduce"), rounds=2),
+        _no_compute(**{**links, "latency_seconds": alpha, "burst_bytes": 10 * S}),
+    )
+    assert ring.records[-1].round_seconds == pytest.approx(2 * n * alpha, rel=1e-9)
+    with pytest.raises(ConfigError, match="burst_bytes"):
+        CostModel(burst_bytes=-1.0)
+    with pytest.raises(ConfigError, match="burst_bytes"):
+        CostModel(burst_bytes=float("inf"))
+
+
 @pytest.mark.parametrize(("m", "s", "lam"), [(6, 1, 1.0), (8, 3, 0.5)])
 def test_a_one_level_codedreduce_waits_for_the_m_minus_s_th_arrival(
     m: int, s: int, lam: float
