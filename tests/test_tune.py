@@ -951,19 +951,23 @@ def test_tune_says_when_a_star_runs_arrivals_hold_the_coordinators_queue(
         assert "coordinator's NIC" not in done.stderr, done.stderr
 
 
+# Eight equal workers, θ of 500 values (4 kB), exponential delays of mean 5 ms.
+EIGHT_EQUAL = JobConfig(
+    workers=8,
+    rounds=30,
+    seed=4,
+    data=Component("synthetic", {"rows": 800, "dim": 500}),
+    stragglers=Component("exponential", {"mean": 0.005}),
+)
+
+
 def test_thetas_queue_at_the_coordinator_is_a_place_in_it_not_a_slower_machine() -> None:
     """Eight equal workers; θ (500 values, 4 kB) leaves the coordinator's NIC at 400 kB/s,
     a copy every 10 ms in worker order: worker 7's arrivals are 70 ms later than worker
     0's every round. Read as recorded, the last workers are slower machines; with the
     queue taken out, every worker is typical, and a star candidate's replay puts the
     queue back in its own rounds."""
-    job = JobConfig(
-        workers=8,
-        rounds=30,
-        seed=4,
-        data=Component("synthetic", {"rows": 800, "dim": 500}),
-        stragglers=Component("exponential", {"mean": 0.005}),
-    )
+    job = EIGHT_EQUAL
     cost = CostModel.ideal().replace(
         compute="model", seconds_per_sample=1e-5, egress_bandwidth_bytes_per_second=4e5
     )
@@ -1008,13 +1012,7 @@ def test_a_star_workers_own_times_hold_no_queue_and_every_candidate_pays_the_lin
     gradients come in so), but each worker also sends its own time from θ to its result
     ready: read by those, every worker is typical with no model of the queue, and a
     candidate that pays the links (the NIC's queue with them) predicts the round."""
-    job = JobConfig(
-        workers=8,
-        rounds=30,
-        seed=4,
-        data=Component("synthetic", {"rows": 800, "dim": 500}),
-        stragglers=Component("exponential", {"mean": 0.005}),
-    )
+    job = EIGHT_EQUAL
     cost = CostModel.ideal().replace(
         compute="model",
         seconds_per_sample=1e-5,
