@@ -202,12 +202,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     link.add_argument(
         "--coordinator-sharing",
         choices=["fair", "fifo"],
-        default="fair",
         help="how the coordinator's NIC carries its messages: side by side, each of n "
-        "copies of θ after n copies' time (fair: TCP flows, as `codedgd run` sends them; "
-        "the default), or one after another in worker order (fifo: `codedgd simulate`'s "
-        "default --sharing). The candidates' rounds share it so, and a star run read by "
-        "its arrivals has each worker's wait for θ taken out so",
+        "copies of θ after n copies' time (fair: TCP flows, as `codedgd run` sends them), "
+        "or one after another in worker order (fifo: `codedgd simulate`'s default "
+        "--sharing). Default: a simulated run's own (its result file says), else fair. "
+        "The candidates' rounds share it so, and a star run read by its arrivals has "
+        "each worker's wait for θ taken out so",
     )
     link.add_argument(
         "--star-times",
@@ -348,6 +348,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _check_probe_target(args)  # (an unreachable target named before the probe runs)
         args.results = _probe(args)
     job_doc, summary, records = read_result_file(args.results)  # (read before the links)
+    if args.coordinator_sharing is None:
+        # A simulated run's NIC shared its messages as its cost model says (recorded).
+        simulated = job_doc.get("simulation")
+        cost = simulated.get("cost") if isinstance(simulated, dict) else None
+        shared = cost.get("sharing") if isinstance(cost, dict) else None
+        args.coordinator_sharing = shared if shared in ("fair", "fifo") else "fair"
     fitted_link = _probe_links(args) if args.probe_links else None
     if fitted_link is not None:
         link = dataclasses.replace(
@@ -557,6 +563,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             # star's with the links known: no network time in them, every candidate paid
             # the links); "arrivals": a star's arrivals (--star-times).
             "timings": "own" if own_times else "arrivals",
+            # how the coordinator's NIC shared its messages (--coordinator-sharing)
+            "coordinator_sharing": args.coordinator_sharing,
             # the links topology candidates paid: measured (--probe-links), or stated
             # (null bandwidths: unlimited)
             "link": (

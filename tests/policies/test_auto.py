@@ -506,7 +506,8 @@ def test_a_window_without_timed_rounds_is_not_refitted_and_says_why(tmp_path: Pa
     # the rule is kept, with the job's reason, not tune's advice to its user.
     look, run = _slow_one_in_pairs(tmp_path, {})
     untimed = [
-        dataclasses.replace(r, response_seconds={}, worker_compute_seconds={}) for r in run.records
+        dataclasses.replace(r, response_seconds={}, worker_compute_seconds={}, ready_seconds={})
+        for r in run.records
     ]
     choice, why = look.choose(
         10,
