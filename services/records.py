@@ -142,7 +142,8 @@ class RoundRecord:
             restarts = json.loads(restarts) if restarts.strip() else ()
         values["restarts"] = tuple(str(r) for r in restarts)
         values["attempts"] = int(values.get("attempts") or 1)
-        values["topology"] = str(values.get("topology") or "")
+        topology = values.get("topology")  # (anything else: unknown, read as older files)
+        values["topology"] = topology if topology in ("star", "ring", "tree") else ""
         return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
 
 

@@ -57,7 +57,8 @@ def check_chunk_bytes(value: int) -> None:
 
 
 def check_timings(timings: Sequence[pb.WorkerTiming], sender: int, below: Sequence[int]) -> None:
-    """WorkerTiming entries of a ring or tree message (Result.timings, PeerData.timings):
+    """WorkerTiming entries of a message (Result.timings, PeerData.timings; a star's
+    Result: its sender's own alone):
     each of the sender or a worker it names below it, once, with finite seconds,
     0 <= compute_seconds <= ready_seconds. Raises WireError naming the first bad one."""
     allowed = {sender, *below}

@@ -83,3 +83,6 @@ def test_a_round_says_whether_its_workers_sent_to_each_other() -> None:
     assert RoundRecord.from_dict(older).peered  # (own times: a tree's, before the field)
     older["ready_seconds"] = {}
     assert not RoundRecord.from_dict(older).peered
+    # A value no version writes is not trusted: read as an older file's.
+    odd = {**r.to_dict(), "topology": ["star"]}
+    assert RoundRecord.from_dict(odd).topology == "" and RoundRecord.from_dict(odd).peered

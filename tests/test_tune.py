@@ -1106,6 +1106,11 @@ def test_a_links_burst_is_stated_with_the_links_and_charged_on_every_nic(tmp_pat
     done = _cli(*tune, *links, "--link-burst", "65536", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["link"]["burst_bytes"] == 65536
+    # By the arrivals, the coordinator's bucket shaped a queue tune cannot take out.
+    done = _cli(*tune, *links, "--link-burst", "65536", "--star-times", "arrivals", cwd=tmp_path)
+    assert done.returncode == 2 and "leave --link-burst out" in done.stderr, done.stderr
+    done = _cli(*tune, "--trace", "star.json", "--star-times", "own", cwd=tmp_path)
+    assert done.returncode == 2 and "--star-times says how to read" in done.stderr
     cost = Link(0.001, 1e6, burst_bytes=65536).charged(CostModel())
     assert cost.burst_bytes == 65536 and cost.egress_bandwidth_bytes_per_second == 1e6
 

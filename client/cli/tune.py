@@ -206,8 +206,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "copies of θ after n copies' time (fair: TCP flows, as `codedgd run` sends them), "
         "or one after another in worker order (fifo: `codedgd simulate`'s default "
         "--sharing). Default: a simulated run's own (its result file says), else fair. "
-        "The candidates' rounds share it so, and a star run read by its arrivals has "
-        "each worker's wait for θ taken out so",
+        "The candidates' simulated rounds share every NIC so (a tree parent's too), and "
+        "a star run read by its arrivals has each worker's wait for θ taken out so",
     )
     link.add_argument(
         "--star-times",
@@ -380,8 +380,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # Since 2026-11-30 every worker's own times come along (RoundRecord.ready_seconds);
     # they hold no network time, which the stated links then stand for.
     peered = source.policy.name in TOPOLOGIES and not args.trace
+    if args.star_times is not None and (peered or args.trace):
+        what = "--trace's delays" if args.trace else f"a {source.policy.name} run's own times"
+        raise ConfigError(
+            f"--star-times says how to read a star run's workers; {what} are read one way "
+            "only: leave it out"
+        )
     star_own = not peered and _star_own(args, records, link)
     own_times = peered or star_own
+    if link is not None and link.burst_bytes and not own_times:
+        raise ConfigError(
+            "--link-burst charges every NIC a token bucket, and a star run's arrivals "
+            "(--star-times arrivals, --trace, or a run whose workers sent no own times) "
+            "hold the queue its coordinator's bucket shaped, which tune does not take out "
+            "with a burst: read the run by its workers' own times, or leave --link-burst out"
+        )
     if peered and not all(r.ready_seconds for r in records if r.response_seconds):
         raise ConfigError(
             f"{args.results} is a run of {source.policy.name} recorded without its workers' "
@@ -416,7 +429,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     )
     went_without: dict[str, int] = {}  # (a trace: its holes say nothing of who was slow)
     if args.trace:
-        obs = observe_trace(load_trace(Path(args.trace)), n, obs.median_compute())
+        obs = dataclasses.replace(
+            observe_trace(load_trace(Path(args.trace)), n, obs.median_compute()),
+            coordinator_sharing=args.coordinator_sharing,
+        )
     else:
         if source.policy.name == "codedreduce":
             _note_unobserved(args.results, obs.excess)
@@ -426,7 +442,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
-        if star_own and str(exc).startswith(NOTHING_TO_FIT):
+        if star_own and not failed and str(exc).startswith(NOTHING_TO_FIT):
             raise ConfigError(
                 f"{NOTHING_TO_FIT}: read by its workers' own times, {args.results} shows no "
                 "straggling at all (a simulated run without a straggler model), and the "

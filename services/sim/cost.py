@@ -199,12 +199,23 @@ def downlink_times(cost: CostModel, nbytes: int, n_contacted: int) -> np.ndarray
     if cost.sharing == "fair":
         starts = np.zeros(n_contacted)
         sizes = paced_together(copies, cost.burst_bytes)
-        done = fair_finish(starts, sizes, egress, cost.bandwidth_bytes_per_second)
+        done = fair_finish(starts, sizes, egress, _cap(cost))
         held: np.ndarray = np.maximum(own, done + cost.latency_seconds)
         return held
-    queued = np.cumsum(paced(copies, cost.burst_bytes)) / egress
+    queued: np.ndarray = (
+        np.cumsum(paced(copies, cost.burst_bytes)) / egress
+        if cost.burst_bytes > 0
+        else np.arange(1, n_contacted + 1) * (nbytes / egress)
+    )
     out: np.ndarray = np.maximum(own, queued + cost.latency_seconds)
     return out
+
+
+def _cap(cost: CostModel) -> float:
+    """A flow's cap on a shared coordinator side: the worker's link. With a burst the
+    worker's own bucket may let it go faster; its own link's time is charged apart
+    (the arrival is no earlier than that, either way)."""
+    return cost.bandwidth_bytes_per_second if cost.burst_bytes <= 0 else math.inf
 
 
 def paced_together(sizes: np.ndarray, burst: float) -> np.ndarray:
@@ -259,7 +270,7 @@ def uplink_arrivals(
     rest = np.empty_like(sizes)
     rest[order] = paced(sizes[order], cost.burst_bytes)
     if cost.sharing == "fair":
-        shared = fair_finish(starts, rest, ingress, cost.bandwidth_bytes_per_second)
+        shared = fair_finish(starts, rest, ingress, _cap(cost))
         arrivals: np.ndarray = np.maximum(shared, own)
         return _parsed(cost, arrivals, sizes)
     # First come first served, one message at a time, in order of readiness.

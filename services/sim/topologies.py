@@ -63,6 +63,11 @@ class Links:
         self._send_credit: dict[int, float] = {}
         self._recv_credit: dict[int, float] = {}
 
+    def _cap(self, rate: float) -> float:
+        """The cap on a flow inside a shared side: the other side's rate, or none with a
+        burst (that side's time is charged apart, :func:`_own_side`)."""
+        return rate if self.cost.burst_bytes <= 0 else math.inf
+
     def _paced(self, credit: dict[int, float], node: int, nbytes: float) -> float:
         """Of ``nbytes`` through ``node``'s side, what its rate paces: beyond what is
         left of its bucket this round (which the message then spends)."""
@@ -110,10 +115,17 @@ class Links:
         credit = self._send_credit.get(src, self.cost.burst_bytes)
         sizes = paced_together(whole, credit)
         self._send_credit[src] = max(credit - float(whole.sum()), 0.0)
-        for dst, nbytes, _ in transfers:
-            self._paced(self._recv_credit, dst, nbytes)
-        cap = min((self._rate(dst, False) for dst, _, _ in transfers), default=math.inf)
-        done = fair_finish(starts, sizes, self._rate(src, True), cap)
+        # Each receiver's side: its own bucket, then its rate (_own_side).
+        theirs = [
+            (self._paced(self._recv_credit, d, b), self._rate(d, False)) for d, b, _ in transfers
+        ]
+        cap = min((rate for _, rate in theirs), default=math.inf)
+        done = _own_side(
+            fair_finish(starts, sizes, self._rate(src, True), self._cap(cap)),
+            starts,
+            theirs,
+            self.cost,
+        )
         for (dst, _, _), end in zip(transfers, done, strict=True):
             self._recv[dst] = max(self._recv.get(dst, -math.inf), float(end))
         if len(done):
@@ -136,17 +148,36 @@ class Links:
         )
         by_start = sorted(range(len(transfers)), key=lambda i: (float(starts[i]), i))
         sizes = np.zeros(len(transfers))
+        theirs: list[tuple[float, float]] = [(0.0, math.inf)] * len(transfers)
         for i in by_start:  # (the bucket goes to the first in)
             src, nbytes, _ = transfers[i]
             sizes[i] = self._paced(self._recv_credit, dst, nbytes)
-            self._paced(self._send_credit, src, nbytes)
-        cap = min((self._rate(src, True) for src, _, _ in transfers), default=math.inf)
-        done = fair_finish(starts, sizes, self._rate(dst, False), cap)
+            theirs[i] = (self._paced(self._send_credit, src, nbytes), self._rate(src, True))
+        cap = min((rate for _, rate in theirs), default=math.inf)
+        done = _own_side(
+            fair_finish(starts, sizes, self._rate(dst, False), self._cap(cap)),
+            starts,
+            theirs,
+            self.cost,
+        )
         for (src, _, _), end in zip(transfers, done, strict=True):
             self._send[src] = max(self._send.get(src, -math.inf), float(end))
         if len(done):
             self._recv[dst] = float(np.max(done))
         return [float(end) + self.cost.latency_seconds for end in done]
+
+
+def _own_side(
+    done: np.ndarray, starts: np.ndarray, theirs: Sequence[tuple[float, float]], cost: CostModel
+) -> np.ndarray:
+    """With a burst, a shared side's finish times no earlier than each message's other
+    side allows: its bytes beyond that side's bucket at that side's rate. (Without
+    one, the other side's rate caps the flow inside the sharing, as before.)"""
+    if cost.burst_bytes <= 0:
+        return done
+    other = np.array([_seconds(paced, rate) for paced, rate in theirs])
+    out: np.ndarray = np.maximum(done, starts + other)
+    return out
 
 
 def _seconds(nbytes: float, rate: float) -> float:

@@ -119,6 +119,19 @@ def test_what_fits_in_a_nics_burst_costs_only_its_latency(n: int) -> None:
         _no_compute(**{**links, "latency_seconds": alpha, "burst_bytes": 10 * S}),
     )
     assert ring.records[-1].round_seconds == pytest.approx(2 * n * alpha, rel=1e-9)
+    # A coordinator unlimited, the workers' NICs bursting: θ's copies fit in every
+    # worker's bucket, side by side as one after another, and a tree parent's fan-out
+    # is charged its own side only (its children's buckets take θ whole).
+    for sharing in ("fifo", "fair"):
+        unlimited = {"egress_bandwidth_bytes_per_second": None, "sharing": sharing}
+        free = _no_compute(**{**links, **unlimited, "ingress_bandwidth_bytes_per_second": None})
+        star = simulate(_config(n, Component("uncoded"), rounds=2), free)
+        assert star.records[-1].round_seconds == pytest.approx(0.0, abs=1e-12), sharing
+        tree = Component("tree", {"fanout": 2, "levels": 2})
+        two = simulate(_config(6, tree, rounds=2), free)
+        # A parent's three messages each way (θ in, two sums in; θ out twice, its sum
+        # up) fit its bucket of three: no time.
+        assert two.records[-1].round_seconds == pytest.approx(0.0, abs=1e-12), sharing
     with pytest.raises(ConfigError, match="burst_bytes"):
         CostModel(burst_bytes=-1.0)
     with pytest.raises(ConfigError, match="burst_bytes"):
