@@ -85,8 +85,13 @@ def transport_job(n: int, dim: int, rounds: int) -> JobConfig:
     )
 
 
-async def codedgd_round_seconds(n: int, dim: int, rounds: int, warmup: int = 1) -> Measured:
+async def codedgd_round_seconds(
+    n: int, dim: int, rounds: int, warmup: int = 1, policy: str = "uncoded"
+) -> Measured:
+    """The transport job's rounds under ``policy`` (a ring's or tree's workers listen for
+    their peers on loopback too)."""
     server = await CoordinatorServer.start("127.0.0.1:0", assign_timeout=120)
+    peers = [] if policy == "uncoded" else ["--peer-listen", "127.0.0.1:0"]
     procs = [
         _spawn(
             [
@@ -96,12 +101,13 @@ async def codedgd_round_seconds(n: int, dim: int, rounds: int, warmup: int = 1) 
                 "--coordinator",
                 f"127.0.0.1:{server.port}",
                 "--no-reconnect",
+                *peers,
             ]
         )
         for _ in range(n)
     ]
     try:
-        config = transport_job(n, dim, warmup + rounds)
+        config = transport_job(n, dim, warmup + rounds).replace(policy=Component(policy))
         pids = [os.getpid(), *(p.pid for p in procs)]
         cpu: dict[int, list[float]] = {}
         clock: dict[int, float] = {}

@@ -7,15 +7,18 @@ star's twelve copies of θ and twelve gradients a round queue on the coordinator
 
 ``codedgd tune --probe JOB.toml --probe-links`` runs in the coordinator's namespace as a
 user runs it (a probe job of uncoded, then the two link probes), told tbf's burst
-(``--link-burst``: every NIC a token bucket, since 2026-12-01); then on the same probe
-(the links refitted from its link probes) as tune reads it by default (each worker's own
-times, sent with its results since 2026-12-01, every candidate paying the links, no
-burst), and as tune read it before 2026-12-01 (by its arrivals, θ's queue taken out as
-side by side: ``--star-times arrivals``). (Before 2026-11-30 tune took the coordinator
-as unlimited: ``--star-times arrivals --coordinator-bandwidth inf``.) Then tune's top candidates of
-each, uncoded, ring-allreduce and the tree run for real on the same processes to the
-same target (the uncoded simulation's loss at round ``--target-round``), ``--repeats``
-times each, and each candidate's predicted time is set against its real one.
+(``--link-burst``: every NIC a token bucket, since 2026-12-01). Then tune reads the same
+probe again (the links refitted from its link probes): told the burst and that every
+process shares this machine's cores (``--cores local``, since 2026-12-01: each message's
+CPU charged at both ends, a ring's and a tree's hops too); as it reads it by default
+(each worker's own times, sent with its results since 2026-12-01, every candidate paying
+the links, no burst); and as it read it before 2026-12-01 (by its arrivals, θ's queue
+taken out as side by side: ``--star-times arrivals``). (Before 2026-11-30 tune took the
+coordinator as unlimited: ``--star-times arrivals --coordinator-bandwidth inf``.) Then
+tune's top candidates of each, uncoded, ring-allreduce and the tree run for real on the
+same processes to the same target (the uncoded simulation's loss at round
+``--target-round``), ``--repeats`` times each, and each candidate's predicted time is
+set against its real one.
 
 Needs root (ip netns, tc). Nothing leaves the namespaces it makes; they are deleted at
 the end (also on Ctrl-C).
@@ -55,6 +58,7 @@ from codedgd.services.job import Component, JobConfig
 BURST = 256 * 1024
 MODELS = {
     "own times, burst stated": ["--link-burst", str(BURST)],
+    "own times, burst and cores stated": ["--link-burst", str(BURST), "--cores", "local"],
     "own times, no burst (default)": [],
     "arrivals, fair (before)": ["--star-times", "arrivals"],
 }

@@ -1115,6 +1115,46 @@ def test_a_links_burst_is_stated_with_the_links_and_charged_on_every_nic(tmp_pat
     assert cost.burst_bytes == 65536 and cost.egress_bandwidth_bytes_per_second == 1e6
 
 
+def test_a_pool_on_one_machine_pays_each_messages_cpu_on_its_cores(tmp_path: Path) -> None:
+    """--cores: the pool's processes share one machine; every candidate that pays the
+    links pays its messages' CPU there too, a ring's 4(n - 1) + 2 hops a worker-round
+    most of all."""
+    source, obs = _source_12()
+    tail = fit_delays(obs).best
+    link = Link(0.0, math.inf)
+
+    def ring(cores: float | None) -> float:
+        out = search(
+            source, obs, tail, target_loss=-1.0, rounds=4, repeats=1,
+            policies=["ring-allreduce"], link=link, cores=cores,
+        )  # fmt: skip
+        assert not [o.error for o in out if o.error]
+        return float(np.mean(out[0].round_seconds))
+
+    alone, shared, crowded = ring(None), ring(64.0), ring(1.0)
+    # 46 hops in a row of 0.2-0.3 ms at each end: over 10 ms a round more, unshared;
+    # 12 workers on one core slow each other further.
+    assert shared > alone + 0.01
+    assert crowded > shared
+    with pytest.raises(ConfigError, match="give the links too"):
+        search(source, obs, tail, target_loss=-1.0, rounds=4, repeats=1, cores=2.0)
+    done = _cli(
+        "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.01",
+        "--no-progress", "-o", "star.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    tune = ["tune", "star.json", "--no-progress", "--repeats", "1", "--policy", "uncoded"]
+    done = _cli(*tune, "--cores", "2", cwd=tmp_path)
+    assert done.returncode == 2 and "--cores charges each message's CPU" in done.stderr
+    links = ["--link-latency", "0.001", "--link-bandwidth", "1e6"]
+    done = _cli(*tune, *links, "--cores", "0", cwd=tmp_path)
+    assert done.returncode == 2 and "cores must be a finite number > 0" in done.stderr
+    done = _cli(*tune, *links, "--cores", "2", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["cores"] == 2.0
+
+
 def test_from_a_star_run_a_trees_hops_replace_the_stars_round_trip() -> None:
     """A star run over 50 ms links: every recorded response holds 0.1 s of round trip.
     A tree of 2 × (1 + 3) pays four hops a round (θ down two levels, the sums up two);

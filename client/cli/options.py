@@ -8,6 +8,7 @@ The job flags (``--workers``, ``--policy``, ...) override a ``--config`` job fil
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -88,6 +89,19 @@ def check_env(errors: Mapping[str, ConfigError], command: str) -> None:
 
 
 # ---------------------------------------------------------------- job options
+
+
+def cores_option(text: str) -> float:
+    """--cores: a positive number of cores, or 'local' for this machine's."""
+    if text == "local":
+        return float(os.cpu_count() or 1)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores or 'local'") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"cores must be a finite number > 0, got {text}")
+    return value
 
 
 def _kv(text: str) -> tuple[str, Any]:

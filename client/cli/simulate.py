@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from codedgd.client.cli.exits import save_unfinished, sigterm_raises
-from codedgd.client.cli.options import EPILOG, add_job_arguments, job_from_args
+from codedgd.client.cli.options import EPILOG, add_job_arguments, cores_option, job_from_args
 from codedgd.client.results import (
     check_output,
     default_output,
@@ -29,19 +28,6 @@ def _float_or_inf(text: str) -> float:
     value = float(text)  # accepts "inf"
     if math.isnan(value):
         raise argparse.ArgumentTypeError("not a number")
-    return value
-
-
-def _cores(text: str) -> float:
-    """--cores: a positive number of cores, or 'local' for this machine's."""
-    if text == "local":
-        return float(os.cpu_count() or 1)
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores or 'local'") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"cores must be a finite number > 0, got {text}")
     return value
 
 
@@ -144,10 +130,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--cores",
-        type=_cores,
+        type=cores_option,
         help="every process on ONE machine of this many cores ('local': this machine's), "
-        "as `codedgd run` runs them: the workers' compute shares the cores and the "
-        "coordinator handles its messages one at a time (default: a machine per worker)",
+        "as `codedgd run` runs them: the workers' compute shares the cores, the "
+        "coordinator handles its messages one at a time, and a ring's or tree's workers "
+        "pay each hop's CPU at both ends (default: a machine per worker)",
     )
     c.add_argument(
         "--decode-seconds",

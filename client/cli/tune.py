@@ -14,6 +14,7 @@ from codedgd.client.cli.options import (
     DEFAULT_ADDRESS,
     EPILOG,
     add_security_arguments,
+    cores_option,
     security_from_args,
 )
 from codedgd.services.errors import ConfigError
@@ -218,6 +219,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "it, so every candidate pays the links; arrivals, when its result reached the "
         "coordinator, network and the NIC's queue in it (--coordinator-sharing)",
     )
+    link.add_argument(
+        "--cores",
+        type=cores_option,
+        metavar="CORES",
+        help="the pool's processes (the coordinator and every worker) share ONE machine of "
+        "this many cores ('local': this one's), as `codedgd run` or a bench of network "
+        "namespaces runs them: every candidate that pays the links pays each message's CPU "
+        "at both ends too, on those cores (the simulator's --cores model; a ring's or "
+        "tree's hops: bench/bench_host_cpu.py --peer). Stated, not measured. Default: a "
+        "machine per process, as in a cluster",
+    )
     p.add_argument(
         "--lr",
         action="append",
@@ -312,6 +324,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     if not (math.isfinite(args.link_burst) and args.link_burst >= 0):
         raise ConfigError(f"--link-burst must be a number of bytes >= 0, got {args.link_burst}")
+    if args.cores is not None and not (args.link_latency is not None or args.probe_links):
+        raise ConfigError(
+            "--cores charges each message's CPU where the candidates pay the links: give "
+            "--link-latency and --link-bandwidth too, or --probe-links"
+        )
     if args.link_burst and not (args.link_latency is not None or args.probe_links):
         raise ConfigError(
             "--link-burst goes with the links it is part of: give --link-latency and "
@@ -559,6 +576,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             draws=args.source_draws,
             drawn_top=args.top,
             network_in_delays=not own_times,
+            cores=args.cores,
         )
     finally:
         bar.close()
@@ -581,6 +599,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "timings": "own" if own_times else "arrivals",
             # how the coordinator's NIC shared its messages (--coordinator-sharing)
             "coordinator_sharing": args.coordinator_sharing,
+            # the one machine's cores the pool shared (--cores; null: a machine each)
+            "cores": args.cores,
             # the links topology candidates paid: measured (--probe-links), or stated
             # (null bandwidths: unlimited)
             "link": (

@@ -52,7 +52,14 @@ share its cores and where handling a message costs CPU, not just link time. With
 
 A straggler's delay comes after its CPU work (building its message is counted before the
 delay). The four CPU constants default to what ``python -m bench.bench_host_cpu``
-measured on the 2-core machine of docs/neural.md. Star policies only.
+measured on the 2-core machine of docs/neural.md.
+
+Rings and trees on one machine (:class:`~codedgd.services.sim.topologies.Cpu`): every
+process does its CPU work one task at a time: each end of every hop (a worker's
+``peer_cpu_seconds_per_message + peer_cpu_seconds_per_byte · bytes``, measured by
+``python -m bench.bench_host_cpu --peer``; the coordinator's as above) and a worker's
+compute. A task is slowed by the work of the other processes already under way beside
+it, shared on the C cores.
 """
 
 from __future__ import annotations
@@ -101,6 +108,10 @@ class CostModel:
     worker_cpu_seconds_per_byte: float = 6.9e-10
     coordinator_cpu_seconds_per_message: float = 3.0e-4
     coordinator_cpu_seconds_per_byte: float = 5.7e-10
+    # bench/bench_host_cpu.py --peer on the same machine: one end of a worker-to-worker
+    # hop (a ring's or tree's message, built or parsed), per message and per byte.
+    peer_cpu_seconds_per_message: float = 2.2e-4
+    peer_cpu_seconds_per_byte: float = 7.1e-10
 
     def __post_init__(self) -> None:
         if self.sharing not in SHARING:
@@ -128,6 +139,8 @@ class CostModel:
             "worker_cpu_seconds_per_byte",
             "coordinator_cpu_seconds_per_message",
             "coordinator_cpu_seconds_per_byte",
+            "peer_cpu_seconds_per_message",
+            "peer_cpu_seconds_per_byte",
         ):
             _nonnegative(key, getattr(self, key))
         if self.cores is not None:
@@ -168,6 +181,13 @@ class CostModel:
         if self.cores is None:
             return 0.0
         return self.worker_cpu_seconds_per_message + self.worker_cpu_seconds_per_byte * nbytes
+
+    def peer_cpu(self, nbytes: float) -> float:
+        """A worker's CPU seconds for one end of a worker-to-worker hop of ``nbytes`` on
+        a shared machine (building it to send or parsing it received)."""
+        if self.cores is None:
+            return 0.0
+        return self.peer_cpu_seconds_per_message + self.peer_cpu_seconds_per_byte * nbytes
 
     def coordinator_cpu(self, nbytes: float | np.ndarray) -> Any:
         """The coordinator's CPU seconds per message of ``nbytes`` on a shared machine."""

@@ -156,12 +156,6 @@ class Simulator:
             seed=config.seed,
             n_workers=config.workers,
         )
-        if plan.topology.kind != "star" and cost is not None and cost.cores is not None:
-            raise ConfigError(
-                f"policy {config.policy.name!r} sends gradients over a {plan.topology.kind} of "
-                "workers, for which the simulator does not model shared cores: leave the "
-                "cost model's cores unset (a machine per worker)"
-            )
         self._shares()
         cost = cost if cost is not None else CostModel()
         self.calibration: Calibration | None = None

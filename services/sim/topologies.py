@@ -52,11 +52,86 @@ FLOAT_BYTES = 8
 COORDINATOR = -1
 
 
-class Links:
-    """The NICs of one round: when each node's sending and receiving sides are free."""
+class Cpu:
+    """The machine's cores in one round, when every process shares them (``cost.cores``).
+
+    Each node is one process that does its CPU work (building or parsing a message,
+    computing its gradient) one task at a time: a task asked at r starts at the first
+    moment from r its process is idle long enough for it (the round asks for tasks out of
+    time order, so a process's earlier gaps are filled too). A task of w seconds of a
+    core starting at s is slowed by the other processes' tasks already placed that
+    overlap [s, s + w): with k of them busy there on average, on C cores it takes
+    w · max(1, (1 + k) / C). (A task placed later does not slow one placed before it, as
+    a first-come scheduler would run them.) Without ``cores`` every node has a machine of
+    its own and CPU work costs nothing here (a worker's compute is charged by the round
+    itself).
+    """
 
     def __init__(self, cost: CostModel) -> None:
         self.cost = cost
+        self._busy: dict[int, list[tuple[float, float]]] = {}  # each node's, by start
+        self._starts = np.empty(64)
+        self._ends = np.empty(64)
+        self._placed = 0
+
+    @property
+    def shared(self) -> bool:
+        return self.cost.cores is not None
+
+    def message(self, node: int, nbytes: float, ready: float) -> float:
+        """When ``node`` has built (or parsed) a message of ``nbytes`` asked at ``ready``."""
+        if not self.shared:
+            return ready
+        seconds = (
+            float(self.cost.coordinator_cpu(nbytes))
+            if node == COORDINATOR
+            else self.cost.peer_cpu(nbytes)
+        )
+        return self.run(node, seconds, ready)
+
+    def run(self, node: int, seconds: float, ready: float) -> float:
+        """When ``node``'s task of ``seconds`` of a core, asked at ``ready``, is done."""
+        if not self.shared:
+            return ready + seconds
+        if seconds <= 0:
+            return ready
+        busy = self._busy.setdefault(node, [])
+        start, at = ready, 0
+        while True:  # the first gap of this process's from ``ready`` that holds the task
+            while at < len(busy) and busy[at][1] <= start:
+                at += 1
+            end = start + self._took(start, seconds)
+            if at == len(busy) or end <= busy[at][0]:
+                break
+            start = max(start, busy[at][1])
+        busy.insert(at, (start, end))
+        placed = self._placed
+        if placed == self._starts.shape[0]:
+            self._starts = np.concatenate([self._starts, np.empty(placed)])
+            self._ends = np.concatenate([self._ends, np.empty(placed)])
+        self._starts[placed], self._ends[placed] = start, end
+        self._placed += 1
+        return end
+
+    def _took(self, start: float, seconds: float) -> float:
+        """How long ``seconds`` of a core started at ``start`` take beside the tasks
+        placed before (this process's own never overlap it)."""
+        cores = float(self.cost.cores or 1.0)
+        placed = self._placed
+        overlap = np.minimum(self._ends[:placed], start + seconds) - np.maximum(
+            self._starts[:placed], start
+        )
+        others = float(np.clip(overlap, 0.0, None).sum()) / seconds
+        return seconds * max(1.0, (1.0 + others) / cores)
+
+
+class Links:
+    """The NICs of one round: when each node's sending and receiving sides are free,
+    and on a shared machine (:class:`Cpu`) each end's CPU for every message."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self.cpu = Cpu(cost)
         self._send: dict[int, float] = {}
         self._recv: dict[int, float] = {}
         # Each side's token bucket (CostModel.burst_bytes), full at the round's start.
@@ -90,15 +165,17 @@ class Links:
         """Move ``nbytes`` from ``src`` to ``dst`` once asked at ``ready``; the arrival time.
 
         The transfer goes at the slower side's rate; each side is busy for as long as it
-        needs for the bytes itself (an unlimited side is never busy).
+        needs for the bytes itself (an unlimited side is never busy). On a shared
+        machine the sender builds the message first and the receiver parses it after.
         """
+        ready = self.cpu.message(src, nbytes, ready)
         start = max(ready, self._send.get(src, -math.inf), self._recv.get(dst, -math.inf))
         out_rate, in_rate = self._rate(src, True), self._rate(dst, False)
         out_s = _seconds(self._paced(self._send_credit, src, nbytes), out_rate)
         in_s = _seconds(self._paced(self._recv_credit, dst, nbytes), in_rate)
         self._send[src] = start + out_s
         self._recv[dst] = start + in_s
-        return start + max(out_s, in_s) + self.cost.latency_seconds
+        return self.cpu.message(dst, nbytes, start + max(out_s, in_s) + self.cost.latency_seconds)
 
     def fan_out(self, src: int, transfers: Sequence[tuple[int, int, float]]) -> list[float]:
         """``src`` sends each (dst, bytes, ready): the arrival times, in that order.
@@ -109,7 +186,7 @@ class Links:
         if self.cost.sharing == "fifo":
             return [self.transfer(src, dst, nbytes, ready) for dst, nbytes, ready in transfers]
         busy = self._send.get(src, -math.inf)
-        starts = np.array([max(ready, busy) for _, _, ready in transfers])
+        starts = np.array([max(self.cpu.message(src, b, ready), busy) for _, b, ready in transfers])
         # (src's bucket drains into the messages side by side; each receiver's its own)
         whole = np.array([float(nbytes) for _, nbytes, _ in transfers])
         credit = self._send_credit.get(src, self.cost.burst_bytes)
@@ -130,7 +207,7 @@ class Links:
             self._recv[dst] = max(self._recv.get(dst, -math.inf), float(end))
         if len(done):
             self._send[src] = float(np.max(done))
-        return [float(end) + self.cost.latency_seconds for end in done]
+        return self._parsed([d for d, _, _ in transfers], transfers, done)
 
     def fan_in(self, dst: int, transfers: Sequence[tuple[int, int, float]]) -> list[float]:
         """Each (src, bytes, ready) sends to ``dst``: the arrival times, in that order
@@ -144,7 +221,10 @@ class Links:
             return out
         busy = self._recv.get(dst, -math.inf)
         starts = np.array(
-            [max(ready, busy, self._send.get(src, -math.inf)) for src, _, ready in transfers]
+            [
+                max(self.cpu.message(src, b, ready), busy, self._send.get(src, -math.inf))
+                for src, b, ready in transfers
+            ]
         )
         by_start = sorted(range(len(transfers)), key=lambda i: (float(starts[i]), i))
         sizes = np.zeros(len(transfers))
@@ -164,7 +244,23 @@ class Links:
             self._send[src] = max(self._send.get(src, -math.inf), float(end))
         if len(done):
             self._recv[dst] = float(np.max(done))
-        return [float(end) + self.cost.latency_seconds for end in done]
+        return self._parsed([dst] * len(transfers), transfers, done)
+
+    def _parsed(
+        self,
+        receivers: Sequence[int],
+        transfers: Sequence[tuple[int, int, float]],
+        done: np.ndarray,
+    ) -> list[float]:
+        """Messages whose last byte left at ``done``: when each receiver holds it (a
+        latency later, and on a shared machine parsed, in order of arrival)."""
+        landed = [float(end) + self.cost.latency_seconds for end in done]
+        if not self.cpu.shared:
+            return landed
+        out = list(landed)
+        for i in sorted(range(len(landed)), key=lambda i: (landed[i], i)):
+            out[i] = self.cpu.message(receivers[i], transfers[i][1], landed[i])
+        return out
 
 
 def _own_side(
@@ -247,8 +343,9 @@ def ring_round(
     for w in range(n):
         compute, delay = timing(w)
         out.computes[w] = compute
-        out.ready[w] = compute + delay
-        ready.append(max(have[w].values()) + compute + delay)
+        held = max(have[w].values())
+        ready.append(links.cpu.run(w, compute, held) + delay)
+        out.ready[w] = ready[-1] - held
     out.compute_max = max(out.computes.values())
     received = [-math.inf] * n  # when w received the previous step's partial sum
     for step in range(n - 1):  # reduce-scatter
@@ -317,8 +414,8 @@ def tree_round(
     for w in range(tree.n_workers):
         compute, delay = timing(w)
         out.computes[w] = compute
-        own[w] = compute + delay
-        own_ready[w] = theta_at[w] + own[w]
+        own_ready[w] = links.cpu.run(w, compute, theta_at[w]) + delay
+        own[w] = own_ready[w] - theta_at[w]
     out.compute_max = max(out.computes.values())
     sent: dict[int, float] = {}  # when a worker's partial sum leaves for its parent
     partial: dict[int, np.ndarray] = {}

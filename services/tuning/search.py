@@ -595,6 +595,7 @@ def search(
     draws: int = 0,
     drawn_top: int = 5,
     network_in_delays: bool = True,
+    cores: float | None = None,
 ) -> list[Outcome]:
     """Simulate every candidate ``repeats`` times; the outcomes, best first.
 
@@ -621,12 +622,24 @@ def search(
     ``network_in_delays`` False: the observed delays hold no network time (a ring's or
     tree's run, whose workers timed themselves, :func:`observe`): every candidate, the
     star's too, pays the ``link`` (which is then required).
+
+    ``cores``: the source's processes shared one machine of that many cores. Every
+    candidate that pays the ``link`` pays each message's CPU at both ends too, shared on
+    them (:class:`~codedgd.services.sim.cost.CostModel` ``cores``): the topologies, and
+    with ``network_in_delays`` False the star's too (whose arrivals, read otherwise,
+    hold their own).
     """
     if not network_in_delays and link is None:
         raise ConfigError(
             "the run's timings are its workers' own (a ring or tree run): they hold no "
             "network time, so every candidate needs the links stated (tune "
             "--link-latency SECONDS --link-bandwidth BYTES_PER_S) or measured (tune "
+            "--probe-links)"
+        )
+    if cores is not None and link is None:
+        raise ConfigError(
+            "cores charge each message's CPU where the candidates pay the links: give the "
+            "links too (tune --link-latency SECONDS --link-bandwidth BYTES_PER_S, or "
             "--probe-links)"
         )
     if link is not None and tuple(policies) == SEARCHED:
@@ -665,7 +678,9 @@ def search(
         )
     # (the coordinator sends and hears every candidate's messages as it did the source's)
     over_link = (
-        link.charged(cost).replace(sharing=obs.coordinator_sharing) if link is not None else cost
+        link.charged(cost).replace(sharing=obs.coordinator_sharing, cores=cores)
+        if link is not None
+        else cost
     )
     if network_in_delays and obs.coordinator_egress is not None:
         # θ's queue on the coordinator's NIC was taken out of the delays: each star

@@ -3,6 +3,8 @@ the closed forms, and the link model's reason to exist (the star's coordinator q
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from codedgd.services.errors import ConfigError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.closed_forms import rth_arrival_mean
+from codedgd.services.sim.topologies import Cpu, Links
 from codedgd.services.stragglers import create_straggler_model
 
 
@@ -230,3 +233,79 @@ def test_with_fair_sharing_the_star_waits_for_all_of_theta_then_all_uploads(n: i
     assert star.records[-1].round_seconds == pytest.approx(2 * n * S / beta, rel=1e-9)
     expected_ring = (2 + 2 * (n - 1) / n) * S / beta
     assert ring.records[-1].round_seconds == pytest.approx(expected_ring, rel=1e-9)
+
+
+def _shared(cores: float, peer: float = 0.001) -> CostModel:
+    """One machine of ``cores`` cores: no compute, free links, ``peer`` seconds of CPU at
+    each end of a worker-to-worker hop, nothing else."""
+    return CostModel(
+        compute="none",
+        decode_seconds=0.0,
+        latency_seconds=0.0,
+        bandwidth_bytes_per_second=math.inf,
+        cores=cores,
+        peer_cpu_seconds_per_message=peer,
+        peer_cpu_seconds_per_byte=0.0,
+        coordinator_cpu_seconds_per_message=0.0,
+        coordinator_cpu_seconds_per_byte=0.0,
+    )
+
+
+def test_a_process_does_its_cpu_work_one_task_at_a_time_in_its_gaps() -> None:
+    cpu = Cpu(_shared(8))
+    assert cpu.run(0, 1.0, 5.0) == 6.0
+    # Asked later but ready earlier: the process was idle before 5 s.
+    assert cpu.run(0, 1.0, 0.0) == 1.0
+    # [4.5, 5) is too short a gap: after the task already at 5-6 s.
+    assert cpu.run(0, 1.0, 4.5) == 7.0
+    # Another process is not held up by this one's tasks (8 cores).
+    assert cpu.run(1, 1.0, 5.0) == 6.0
+    # Without cores every process has a machine: a message costs nothing.
+    alone = Cpu(_shared(8).replace(cores=None))
+    assert alone.message(0, 100, 2.0) == 2.0
+    assert alone.run(0, 1.0, 2.0) == 3.0
+
+
+def test_processes_on_too_few_cores_slow_each_other() -> None:
+    one = Cpu(_shared(1))
+    assert one.run(0, 1.0, 0.0) == 1.0
+    # On one core beside a second of another process's work: half a core, 2 s.
+    assert one.run(1, 1.0, 0.0) == 2.0
+    two = Cpu(_shared(2))
+    assert [two.run(w, 1.0, 0.0) for w in range(2)] == [1.0, 1.0]
+    # A hop on one machine: the sender builds the message, the receiver parses it.
+    links = Links(_shared(8, peer=0.002))
+    assert links.transfer(0, 1, 1000, 1.0) == pytest.approx(1.004)
+
+
+@pytest.mark.parametrize(
+    ("policy", "n", "hops"),
+    [
+        # θ's segment in, 3 forwarded, 3 partial sums, the reduced segment up: each a
+        # hop after the last, 2 ms each but the first and last (whose other end is the
+        # coordinator, free here): 4(n - 1) + 2 ms.
+        (Component("ring-allreduce"), 4, 14),
+        # θ in, the sum up.
+        (Component("tree", {"fanout": 3, "levels": 1}), 3, 2),
+        # A level-1 worker parses θ (1 ms), sends it to its two children one after the
+        # other (2 ms), the second child parses it (1 ms) and sends its sum (1 ms), the
+        # parent parses the two (the second at 6 ms) and sends the sum up (7 ms).
+        (Component("tree", {"fanout": 2, "levels": 2}), 6, 7),
+    ],
+    ids=["ring", "tree-1-level", "tree-2-levels"],
+)
+def test_rings_and_trees_on_one_machine_pay_each_hops_cpu(
+    policy: Component, n: int, hops: int
+) -> None:
+    """A machine of many cores: each process's tasks one after another, nothing shared."""
+    many = simulate(_config(n, policy, rounds=3), _shared(64))
+    assert [r.round_seconds for r in many.records] == pytest.approx([hops * 1e-3] * 3)
+    # A machine per worker: the hops' CPU is not charged (it is the links' latency).
+    free = simulate(_config(n, policy, rounds=3), _shared(64).replace(cores=None))
+    assert [r.round_seconds for r in free.records] == pytest.approx([0.0] * 3, abs=1e-12)
+    # Fewer cores than processes: the workers' hops share them, and the round is longer.
+    seconds = [
+        simulate(_config(n, policy, rounds=1), _shared(c)).records[0].round_seconds
+        for c in (64, 2, 1)
+    ]
+    assert seconds[0] < seconds[1] < seconds[2]
