@@ -24,10 +24,14 @@ The round is decodable at the arrival that makes ``policy.offer`` return True; i
 ``round_overhead`` (serialization and the optimizer step of the coordinator).
 
 A link that bursts (``burst_bytes`` = B > 0): every NIC, each way, is a token bucket of
-B bytes at its rate (tc's tbf; a cloud NIC's burst allowance), full at each round's
-start (a round long enough to refill it): the first B bytes through it in a round go at
-once, the rest at its rate. So a message within B costs its latency only, and the
-coordinator's n copies of θ queue only beyond B. B = 0 (the default): a rate only.
+B bytes at its rate (tc's tbf; a cloud NIC's burst allowance): what it holds when a
+round starts goes at once, the rest at its rate. So a message within it costs its
+latency only, and the coordinator's n copies of θ queue only beyond it. Between rounds
+(:class:`Buckets`) a side's bucket refills at its rate, up to B: it holds what it held,
+plus its rate times the round's seconds, less the bytes through it in the round. A
+side that moves more a round than its rate refills pays its rate in the long run, as a
+real bucket makes it; a star worker's own link is taken as full at every round (two
+messages a round). B = 0 (the default): a rate only.
 
 How messages share a link (``sharing``): ``"fifo"`` (the default) sends them one after
 another, so the first of n copies of θ_t arrives after one message's time; ``"fair"``
@@ -78,6 +82,7 @@ from codedgd.services.models.base import Model
 
 COMPUTE_MODES = ("model", "measured", "none")
 SHARING = ("fifo", "fair")
+COORDINATOR = -1  # the coordinator's node (workers are 0 … n - 1)
 
 
 @dataclass(frozen=True)
@@ -170,6 +175,18 @@ class CostModel:
             decode_seconds=0.0,
         )
 
+    def side_rate(self, node: int, outgoing: bool) -> float:
+        """A node's NIC rate one way, bytes/s: a worker's link, the coordinator's egress
+        or ingress (unlimited when not set: inf)."""
+        if node != COORDINATOR:
+            return self.bandwidth_bytes_per_second
+        shared = (
+            self.egress_bandwidth_bytes_per_second
+            if outgoing
+            else self.ingress_bandwidth_bytes_per_second
+        )
+        return math.inf if shared is None else shared
+
     def link_seconds(self, nbytes: int) -> float:
         """One message over one worker's own link (the only one through it that way
         this round: beyond the burst only is it paced)."""
@@ -206,8 +223,45 @@ class CostModel:
         return CostModel(**{**asdict(self), **changes})
 
 
-def downlink_times(cost: CostModel, nbytes: int, n_contacted: int) -> np.ndarray:
-    """When each contacted worker (in send order) holds θ_t, seconds after the round start."""
+class Buckets:
+    """Every NIC side's token bucket from round to round (``CostModel.burst_bytes``).
+
+    ``level(node, outgoing)`` is what the side holds when a round starts (full, B, until
+    a round spends it). After a round of ``seconds`` that put ``through`` bytes through
+    each side, :meth:`after` refills each at its rate: min(B, held + rate · seconds −
+    through), never below 0.
+    """
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self._level: dict[tuple[int, bool], float] = {}
+
+    def level(self, node: int, outgoing: bool) -> float:
+        return self._level.get((node, outgoing), self.cost.burst_bytes)
+
+    def after(self, through: Mapping[tuple[int, bool], float], seconds: float) -> None:
+        """A round (or the time between rounds) of ``seconds`` has passed."""
+        full = self.cost.burst_bytes
+        if full <= 0:
+            return
+        for key in set(self._level) | set(through):
+            rate = self.cost.side_rate(*key)
+            held = self.level(*key) - through.get(key, 0.0)
+            left = full if math.isinf(rate) else min(full, held + rate * seconds)
+            if left >= full:
+                self._level.pop(key, None)
+            else:
+                self._level[key] = max(left, 0.0)
+
+
+def downlink_times(
+    cost: CostModel, nbytes: int, n_contacted: int, held: float | None = None
+) -> np.ndarray:
+    """When each contacted worker (in send order) holds θ_t, seconds after the round start.
+
+    ``held``: what the coordinator's sending side's bucket holds at the round's start
+    (:class:`Buckets`; None: full)."""
+    burst = cost.burst_bytes if held is None else held
     own = np.full(n_contacted, cost.link_seconds(nbytes))
     if cost.cores is not None:  # the coordinator serializes the copies one by one
         serialized = np.arange(1, n_contacted + 1) * float(cost.coordinator_cpu(nbytes))
@@ -218,12 +272,12 @@ def downlink_times(cost: CostModel, nbytes: int, n_contacted: int) -> np.ndarray
     copies = np.full(n_contacted, float(nbytes))
     if cost.sharing == "fair":
         starts = np.zeros(n_contacted)
-        sizes = paced_together(copies, cost.burst_bytes)
+        sizes = paced_together(copies, burst)
         done = fair_finish(starts, sizes, egress, _cap(cost))
-        held: np.ndarray = np.maximum(own, done + cost.latency_seconds)
-        return held
+        got: np.ndarray = np.maximum(own, done + cost.latency_seconds)
+        return got
     queued: np.ndarray = (
-        np.cumsum(paced(copies, cost.burst_bytes)) / egress
+        np.cumsum(paced(copies, burst)) / egress
         if cost.burst_bytes > 0
         else np.arange(1, n_contacted + 1) * (nbytes / egress)
     )
@@ -271,12 +325,16 @@ def paced(sizes: np.ndarray, burst: float) -> np.ndarray:
 
 
 def uplink_arrivals(
-    cost: CostModel, ready: np.ndarray, nbytes: Sequence[int] | np.ndarray
+    cost: CostModel,
+    ready: np.ndarray,
+    nbytes: Sequence[int] | np.ndarray,
+    held: float | None = None,
 ) -> np.ndarray:
     """Arrival times at the coordinator of messages ready (sent) at ``ready``.
 
     Each message crosses its own link; with a shared ingress the coordinator receives
-    them first come first served, one at a time.
+    them first come first served, one at a time. ``held``: what the coordinator's
+    receiving side's bucket holds at the round's start (:class:`Buckets`; None: full).
     """
     sizes = np.asarray(nbytes, dtype=np.float64)
     beyond = np.maximum(sizes - cost.burst_bytes, 0.0)  # (one message through its own NIC)
@@ -288,7 +346,7 @@ def uplink_arrivals(
     # The coordinator's bucket goes to the messages in order of readiness.
     order = np.argsort(starts, kind="stable")
     rest = np.empty_like(sizes)
-    rest[order] = paced(sizes[order], cost.burst_bytes)
+    rest[order] = paced(sizes[order], cost.burst_bytes if held is None else held)
     if cost.sharing == "fair":
         shared = fair_finish(starts, rest, ingress, _cap(cost))
         arrivals: np.ndarray = np.maximum(shared, own)

@@ -53,6 +53,8 @@ from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.policies.base import Estimate, Plan
 from codedgd.services.records import RoundRecord, move_note
 from codedgd.services.sim.cost import (
+    COORDINATOR,
+    Buckets,
     Calibration,
     CostModel,
     calibrate,
@@ -108,6 +110,8 @@ class _Round:
     bytes_down: int | None = None  # None: θ's bytes to each of the computations
     workers_used: tuple[int, ...] | None = None  # None: the estimate's
     cancelled: int | None = None  # None: computations neither answered nor lost
+    # Bytes through each NIC side, (node, outgoing) → bytes (the buckets' spending).
+    through: dict[tuple[int, bool], float] = field(default_factory=dict)
 
 
 def rows_per_round(prepared: Prepared, batch_size: int) -> np.ndarray:
@@ -179,6 +183,7 @@ class Simulator:
                 else self.calibration.seconds_per_partition,
             )
         self.cost = cost
+        self.buckets = Buckets(cost)  # every NIC side's token bucket, round to round
         self.computed = 0
         self.skipped = 0
         self._bind_workers()
@@ -276,6 +281,7 @@ class Simulator:
                 if plan is not None:  # the data moves before the round, on the clock
                     seconds, nbytes, parts = self.move_to(plan)
                     wall += seconds
+                    self.buckets.after({}, seconds)
                     compute_model = self.modelled_compute()
                     moved = move_note(parts, nbytes, seconds)
             self.current_round = t
@@ -287,6 +293,7 @@ class Simulator:
             descent.step(estimate.gradient, point)
             round_s = out.wait + decode_s + cost.round_overhead_seconds
             wall += round_s
+            self.buckets.after(out.through, round_s)
             loss = metric = math.nan
             if descent.evaluates(t):
                 loss, metric = descent.evaluate(t, metric=self.metric)
@@ -394,14 +401,17 @@ class Simulator:
         uploading: dict[int, bool] = {}
         for w in contacted:  # a crashing worker sends nothing (and holds no ingress)
             uploading[w] = w not in crash and self._uploads(w, payloads, spec.params, lazy_round)
-        down = downlink_times(cost, theta_bytes, len(contacted))
+        down = downlink_times(
+            cost, theta_bytes, len(contacted), self.buckets.level(COORDINATOR, True)
+        )
         sizes = [self.payload_bytes[w] if uploading[w] else 0 for w in contacted]
         work = [self._cpu_work(compute[w], theta_bytes, sizes[i]) for i, w in enumerate(contacted)]
         coordinator = float(np.sum(cost.coordinator_cpu(np.array([theta_bytes, *sizes]))))
         coordinator += (len(contacted) - 1) * float(cost.coordinator_cpu(theta_bytes))
         done = cpu_done(cost, down, np.array(work, dtype=np.float64), coordinator)
         ready = np.array([done[i] + self._delay(w, t, compute[w]) for i, w in enumerate(contacted)])
-        arrival = uplink_arrivals(cost, ready, sizes)
+        held_in = self.buckets.level(COORDINATOR, False)
+        arrival = uplink_arrivals(cost, ready, sizes, held_in)
         # Each worker's own times (its WorkerTiming): θ_t complete there → result ready.
         own = {w: float(ready[i] - down[i]) for i, w in enumerate(contacted)}
         # (seconds after θ_t was sent, order, kind, worker or place): ties keep arrival
@@ -431,6 +441,10 @@ class Simulator:
             push(joined - now, "replaced", place)
 
         out = _Round(computations=len(contacted))
+        out.through = {
+            (COORDINATOR, True): float(theta_bytes * len(contacted)),
+            (COORDINATOR, False): float(sum(sizes)),
+        }
         deadline = cfg.round_timeout
         replace_by: float | None = None
         if not policy.feasible(frozenset(outstanding)):
@@ -478,7 +492,7 @@ class Simulator:
                     own[w] = self._cpu_work(compute[w], theta_bytes, size)
                     own[w] += self._delay(w, t, compute[w])
                     ready_at = at + cost.link_seconds(theta_bytes) + own[w]
-                    arrive = float(uplink_arrivals(cost, np.array([ready_at]), [size])[0])
+                    arrive = float(uplink_arrivals(cost, np.array([ready_at]), [size], held_in)[0])
                     push(arrive, "arrive", w)
                     if policy.feasible(frozenset(outstanding)):
                         replace_by = None
@@ -564,7 +578,7 @@ class Simulator:
             return compute, self._delay(w, t, compute)
 
         play = ring_round if plan.topology.kind == "ring" else tree_round
-        got = play(plan, policy, t, point, cost, timing, message)
+        got = play(plan, policy, t, point, cost, timing, message, self.buckets)
         if got.wait > self.config.round_timeout:
             raise JobFailed(
                 f"round {t} was not decodable within job.round_timeout="
@@ -585,6 +599,7 @@ class Simulator:
             cancelled=got.cancelled,
             workers_used=got.contributors,
             ready=got.ready,
+            through=got.through,
             left_out=(
                 plan.topology.tree.left_out_bounds(got.ready, set(got.contributors))
                 if plan.topology.tree is not None

@@ -16,8 +16,9 @@ nodes decode their children with :class:`~codedgd.services.codes.cyclic.CyclicRo
 order of virtual arrival; the coordinator's policy is offered what reaches it, in order,
 as the real round loop offers it.
 
-A link that bursts (``CostModel.burst_bytes``): each side of every NIC spends a token
-bucket full at the round's start before its rate paces anything (:meth:`Links.transfer`).
+A link that bursts (``CostModel.burst_bytes``): each side of every NIC spends its token
+bucket (what it held at the round's start, :class:`~codedgd.services.sim.cost.Buckets`)
+before its rate paces anything (:meth:`Links.transfer`).
 
 Transfers are store-and-forward per message (a tree node forwards θ once it holds all of
 it; the real workers forward chunk by chunk, which only matters for θ larger than a
@@ -46,10 +47,9 @@ from codedgd.services.compute.ring import (
 )
 from codedgd.services.errors import DecodeError, JobFailed
 from codedgd.services.policies.base import Estimate, Plan, Policy
-from codedgd.services.sim.cost import CostModel, fair_finish, paced_together
+from codedgd.services.sim.cost import COORDINATOR, Buckets, CostModel, fair_finish, paced_together
 
 FLOAT_BYTES = 8
-COORDINATOR = -1
 
 
 class Cpu:
@@ -129,37 +129,42 @@ class Links:
     """The NICs of one round: when each node's sending and receiving sides are free,
     and on a shared machine (:class:`Cpu`) each end's CPU for every message."""
 
-    def __init__(self, cost: CostModel) -> None:
+    def __init__(self, cost: CostModel, buckets: Buckets | None = None) -> None:
         self.cost = cost
         self.cpu = Cpu(cost)
+        self.buckets = buckets if buckets is not None else Buckets(cost)
         self._send: dict[int, float] = {}
         self._recv: dict[int, float] = {}
-        # Each side's token bucket (CostModel.burst_bytes), full at the round's start.
+        # Each side's token bucket (CostModel.burst_bytes): what is left of it this round.
         self._send_credit: dict[int, float] = {}
         self._recv_credit: dict[int, float] = {}
+        # Bytes through each side this round ((node, outgoing) → bytes), for the buckets.
+        self.through: dict[tuple[int, bool], float] = {}
 
     def _cap(self, rate: float) -> float:
         """The cap on a flow inside a shared side: the other side's rate, or none with a
         burst (that side's time is charged apart, :func:`_own_side`)."""
         return rate if self.cost.burst_bytes <= 0 else math.inf
 
-    def _paced(self, credit: dict[int, float], node: int, nbytes: float) -> float:
+    def _paced(self, node: int, outgoing: bool, nbytes: float) -> float:
         """Of ``nbytes`` through ``node``'s side, what its rate paces: beyond what is
         left of its bucket this round (which the message then spends)."""
-        left = credit.get(node, self.cost.burst_bytes)
-        credit[node] = max(left - nbytes, 0.0)
+        left = self._left(node, outgoing)
+        self._spend(node, outgoing, nbytes, left)
         return max(nbytes - left, 0.0)
 
+    def _left(self, node: int, outgoing: bool) -> float:
+        credit = self._send_credit if outgoing else self._recv_credit
+        return credit.get(node, self.buckets.level(node, outgoing))
+
+    def _spend(self, node: int, outgoing: bool, nbytes: float, left: float) -> None:
+        credit = self._send_credit if outgoing else self._recv_credit
+        credit[node] = max(left - nbytes, 0.0)
+        key = (node, outgoing)
+        self.through[key] = self.through.get(key, 0.0) + nbytes
+
     def _rate(self, node: int, outgoing: bool) -> float:
-        cost = self.cost
-        if node == COORDINATOR:
-            shared = (
-                cost.egress_bandwidth_bytes_per_second
-                if outgoing
-                else cost.ingress_bandwidth_bytes_per_second
-            )
-            return math.inf if shared is None else shared
-        return cost.bandwidth_bytes_per_second
+        return self.cost.side_rate(node, outgoing)
 
     def transfer(self, src: int, dst: int, nbytes: int, ready: float) -> float:
         """Move ``nbytes`` from ``src`` to ``dst`` once asked at ``ready``; the arrival time.
@@ -171,8 +176,8 @@ class Links:
         ready = self.cpu.message(src, nbytes, ready)
         start = max(ready, self._send.get(src, -math.inf), self._recv.get(dst, -math.inf))
         out_rate, in_rate = self._rate(src, True), self._rate(dst, False)
-        out_s = _seconds(self._paced(self._send_credit, src, nbytes), out_rate)
-        in_s = _seconds(self._paced(self._recv_credit, dst, nbytes), in_rate)
+        out_s = _seconds(self._paced(src, True, nbytes), out_rate)
+        in_s = _seconds(self._paced(dst, False, nbytes), in_rate)
         self._send[src] = start + out_s
         self._recv[dst] = start + in_s
         return self.cpu.message(dst, nbytes, start + max(out_s, in_s) + self.cost.latency_seconds)
@@ -189,13 +194,11 @@ class Links:
         starts = np.array([max(self.cpu.message(src, b, ready), busy) for _, b, ready in transfers])
         # (src's bucket drains into the messages side by side; each receiver's its own)
         whole = np.array([float(nbytes) for _, nbytes, _ in transfers])
-        credit = self._send_credit.get(src, self.cost.burst_bytes)
+        credit = self._left(src, True)
         sizes = paced_together(whole, credit)
-        self._send_credit[src] = max(credit - float(whole.sum()), 0.0)
+        self._spend(src, True, float(whole.sum()), credit)
         # Each receiver's side: its own bucket, then its rate (_own_side).
-        theirs = [
-            (self._paced(self._recv_credit, d, b), self._rate(d, False)) for d, b, _ in transfers
-        ]
+        theirs = [(self._paced(d, False, b), self._rate(d, False)) for d, b, _ in transfers]
         cap = min((rate for _, rate in theirs), default=math.inf)
         done = _own_side(
             fair_finish(starts, sizes, self._rate(src, True), self._cap(cap)),
@@ -231,8 +234,8 @@ class Links:
         theirs: list[tuple[float, float]] = [(0.0, math.inf)] * len(transfers)
         for i in by_start:  # (the bucket goes to the first in)
             src, nbytes, _ = transfers[i]
-            sizes[i] = self._paced(self._recv_credit, dst, nbytes)
-            theirs[i] = (self._paced(self._send_credit, src, nbytes), self._rate(src, True))
+            sizes[i] = self._paced(dst, False, nbytes)
+            theirs[i] = (self._paced(src, True, nbytes), self._rate(src, True))
         cap = min((rate for _, rate in theirs), default=math.inf)
         done = _own_side(
             fair_finish(starts, sizes, self._rate(dst, False), self._cap(cap)),
@@ -299,6 +302,8 @@ class TopologyRound:
     # Worker → compute plus delay, of every worker whose timing reached the coordinator
     # (as the workers' WorkerTiming: a ring's all, a tree's in the sums that arrived).
     ready: dict[int, float] = field(default_factory=dict)
+    # Bytes through each NIC side, (node, outgoing) → bytes (Links.through).
+    through: dict[tuple[int, bool], float] = field(default_factory=dict)
 
 
 # Worker w's seconds of compute and of straggler delay in this round.
@@ -315,12 +320,13 @@ def ring_round(
     cost: CostModel,
     timing: Timing,
     message: Message,
+    buckets: Buckets | None = None,
 ) -> TopologyRound:
     """θ_t scattered and all-gathered, messages reduce-scattered, segments uploaded."""
     n, dim = plan.n_workers, int(point.shape[0])
     bounds = segments(dim, n)
     seg_bytes = [FLOAT_BYTES * (stop - start) for start, stop in bounds]
-    links = Links(cost)
+    links = Links(cost, buckets)
     policy.begin_round(t, point)
     have: list[dict[int, float]] = [{} for _ in range(n)]
     scatter = links.fan_out(COORDINATOR, [(q, seg_bytes[q], 0.0) for q in range(n)])
@@ -367,6 +373,7 @@ def ring_round(
         out.wait = arrive[w]
         if policy.offer(w, uploads[w]):
             break
+    out.through = links.through
     out.estimate = _decode(policy, t, out)
     out.contributors = tuple(range(n))
     return out
@@ -380,13 +387,14 @@ def tree_round(
     cost: CostModel,
     timing: Timing,
     message: Message,
+    buckets: Buckets | None = None,
 ) -> TopologyRound:
     """θ_t down the tree; partial sums up, each node decoding its fastest children."""
     tree, B = plan.topology.tree, plan.topology.code
     assert tree is not None and B is not None
     code = CyclicCode.from_matrix(B, tree.s)
     theta_bytes = FLOAT_BYTES * int(point.shape[0])
-    links = Links(cost)
+    links = Links(cost, buckets)
     spec = policy.begin_round(t, point)
     theta_at: dict[int, float] = {}
 
@@ -445,6 +453,7 @@ def tree_round(
             break
     out.cancelled += len(level1) - out.uploads
     out.ready = {v: own[v] for w in out.responses for v in (w, *below.get(w, ()))}
+    out.through = links.through
     out.estimate = _decode(policy, t, out)
     used = out.estimate.workers_used
     out.contributors = tuple(sorted({v for w in used for v in (w, *below.get(w, ()))}))

@@ -42,7 +42,7 @@ from codedgd.services.job import JobConfig
 from codedgd.services.job.prepare import Prepared, prepare
 from codedgd.services.models.block import BlockGradient
 from codedgd.services.policies.base import Estimate
-from codedgd.services.sim.cost import CostModel, downlink_times, uplink_arrivals
+from codedgd.services.sim.cost import COORDINATOR, CostModel, downlink_times, uplink_arrivals
 from codedgd.services.sim.engine import Simulator, _Round
 from codedgd.services.stragglers import delays_of
 
@@ -151,9 +151,10 @@ class VectorizedSimulator(Simulator):
         compute = compute_model[contacted]
         delay = delays_of(self.straggler, contacted, t, compute, self.loads[contacted])
         own = compute + delay  # each worker's own times: θ_t complete there → result ready
-        ready = downlink_times(cost, theta_bytes, len(contacted)) + own
+        held_out = self.buckets.level(COORDINATOR, True)
+        ready = downlink_times(cost, theta_bytes, len(contacted), held_out) + own
         sizes = self._sizes[contacted]
-        arrival = uplink_arrivals(cost, ready, sizes)
+        arrival = uplink_arrivals(cost, ready, sizes, self.buckets.level(COORDINATOR, False))
         by_time = np.argsort(arrival, kind="stable")
         answering = by_time[np.isfinite(arrival[by_time])]
         try:
@@ -175,6 +176,10 @@ class VectorizedSimulator(Simulator):
         self.computed += outcome.count
         self.skipped += len(contacted) - outcome.count
         out = _Round(computations=len(contacted))
+        out.through = {
+            (COORDINATOR, True): float(theta_bytes * len(contacted)),
+            (COORDINATOR, False): float(sizes.sum()),
+        }
         out.wait = float(arrival[used[-1]])
         out.decode = self._decode_s
         out.answered = out.uploads = outcome.count

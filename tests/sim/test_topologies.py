@@ -12,6 +12,7 @@ from codedgd.services.errors import ConfigError
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.sim import CostModel, simulate
 from codedgd.services.sim.closed_forms import rth_arrival_mean
+from codedgd.services.sim.cost import COORDINATOR, Buckets
 from codedgd.services.sim.topologies import Cpu, Links
 from codedgd.services.stragglers import create_straggler_model
 
@@ -97,11 +98,15 @@ def test_when_bandwidth_binds_the_star_queues_on_the_coordinators_nic(n: int) ->
 
 @pytest.mark.parametrize("n", [4, 8, 10])
 def test_what_fits_in_a_nics_burst_costs_only_its_latency(n: int) -> None:
-    """As above, with every NIC a token bucket of three messages (full at the round's
-    start). The star's first three copies of θ leave at once and the rest queue, so
-    copy k is out after (k − 3)⁺·S/β; three gradients then come in at once and the
+    """As above, with every NIC a token bucket of three messages (full at the first
+    round's start). The star's first three copies of θ leave at once and the rest queue,
+    so copy k is out after (k − 3)⁺·S/β; three gradients then come in at once and the
     coordinator takes the rest one after another: (n − 2)·S/β, against (n + 1)·S/β
-    without the burst. A ring's steps all fit: only its 2n hops' latency is left."""
+    without the burst. That round refilled each of the coordinator's buckets by
+    (n − 2)·S and spent n·S: the next starts with one message in each, and every round
+    after takes n·S/β, the rate's (what a round moves through a side beyond what its
+    rate refills, it pays). A ring's steps all fit: only its 2n hops' latency is left,
+    round after round (its buckets refill faster than it spends them)."""
     beta, S, alpha = 1e5, 8 * 40, 1e-3
     links = {
         "latency_seconds": 0.0,
@@ -110,18 +115,20 @@ def test_what_fits_in_a_nics_burst_costs_only_its_latency(n: int) -> None:
         "egress_bandwidth_bytes_per_second": beta,
         "burst_bytes": 3 * S,
     }
-    star = simulate(_config(n, Component("uncoded"), rounds=2), _no_compute(**links))
-    assert star.records[-1].round_seconds == pytest.approx((n - 2) * S / beta, rel=1e-9)
+    star = simulate(_config(n, Component("uncoded"), rounds=4), _no_compute(**links))
+    assert [r.round_seconds for r in star.records] == pytest.approx(
+        [(n - 2) * S / beta] + [n * S / beta] * 3, rel=1e-9
+    )
     fair = _no_compute(**links).replace(sharing="fair")
     star = simulate(_config(n, Component("uncoded"), rounds=2), fair)
     # Side by side the bucket drains into every copy alike: all are out at (n − 3)·S/β.
-    downs = star.records[-1].response_seconds
+    downs = star.records[0].response_seconds
     assert min(downs.values()) == pytest.approx((n - 3) * S / beta, rel=1e-9)
     ring = simulate(
-        _config(n, Component("ring-allreduce"), rounds=2),
+        _config(n, Component("ring-allreduce"), rounds=3),
         _no_compute(**{**links, "latency_seconds": alpha, "burst_bytes": 10 * S}),
     )
-    assert ring.records[-1].round_seconds == pytest.approx(2 * n * alpha, rel=1e-9)
+    assert [r.round_seconds for r in ring.records] == pytest.approx([2 * n * alpha] * 3, rel=1e-9)
     # A coordinator unlimited, the workers' NICs bursting: θ's copies fit in every
     # worker's bucket, side by side as one after another, and a tree parent's fan-out
     # is charged its own side only (its children's buckets take θ whole).
@@ -133,12 +140,42 @@ def test_what_fits_in_a_nics_burst_costs_only_its_latency(n: int) -> None:
         tree = Component("tree", {"fanout": 2, "levels": 2})
         two = simulate(_config(6, tree, rounds=2), free)
         # A parent's three messages each way (θ in, two sums in; θ out twice, its sum
-        # up) fit its bucket of three: no time.
-        assert two.records[-1].round_seconds == pytest.approx(0.0, abs=1e-12), sharing
+        # up) fit its bucket of three: no time. A round of no time refills nothing: the
+        # next pays its rate.
+        assert two.records[0].round_seconds == pytest.approx(0.0, abs=1e-12), sharing
+        assert two.records[1].round_seconds > S / beta, sharing
     with pytest.raises(ConfigError, match="burst_bytes"):
         CostModel(burst_bytes=-1.0)
     with pytest.raises(ConfigError, match="burst_bytes"):
         CostModel(burst_bytes=float("inf"))
+
+
+def test_a_nics_bucket_refills_at_its_rate_between_rounds() -> None:
+    cost = CostModel(
+        bandwidth_bytes_per_second=100.0,
+        egress_bandwidth_bytes_per_second=1000.0,
+        burst_bytes=500.0,
+    )
+    buckets = Buckets(cost)
+    assert buckets.level(3, True) == 500.0  # full until a round spends it
+    buckets.after({(3, True): 450.0, (COORDINATOR, True): 900.0, (3, False): 50.0}, 1.0)
+    # 50 left + 100 refilled; the coordinator's −400 + 1000 refilled, capped at full;
+    # a side that moved less than its rate refills is full again.
+    assert buckets.level(3, True) == pytest.approx(150.0)
+    assert buckets.level(COORDINATOR, True) == pytest.approx(500.0)
+    assert buckets.level(3, False) == pytest.approx(500.0)
+    buckets.after({(COORDINATOR, True): 1600.0}, 1.0)
+    assert buckets.level(COORDINATOR, True) == 0.0  # (−1100 + 1000: never below 0)
+    buckets.after({}, 0.2)
+    assert buckets.level(COORDINATOR, True) == pytest.approx(200.0)
+    assert buckets.level(3, True) == pytest.approx(270.0)  # (150, +100, +20)
+    # The coordinator's ingress is unlimited: never short.
+    buckets.after({(COORDINATOR, False): 1e9}, 0.0)
+    assert buckets.level(COORDINATOR, False) == 500.0
+    # No burst: no bucket to keep.
+    none = Buckets(cost.replace(burst_bytes=0.0))
+    none.after({(3, True): 1e9}, 1.0)
+    assert none.level(3, True) == 0.0
 
 
 @pytest.mark.parametrize(("m", "s", "lam"), [(6, 1, 1.0), (8, 3, 0.5)])
