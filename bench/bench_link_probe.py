@@ -104,15 +104,17 @@ def main() -> None:
     started = time.time()
     print(
         "| shaped rate | rate (MB/s) | fitted bandwidth (MB/s) | fitted / rate | latency a hop "
-        "(ms) | round trips: 16 kB (ms) | 4 MB (ms) |"
+        "(ms) | burst (kB, how) | round trips: 16 kB (ms) | 1 MB (ms) | 4 MB (ms) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for rate in a.rate:
         for _ in range(a.repeats):
             with tempfile.TemporaryDirectory() as tmp:
                 link = probe("cgdlp", rate, Path(tmp))
             bandwidth = link["bandwidth_bytes_per_second"]
             shown = "inf" if bandwidth is None else f"{bandwidth / 1e6:.1f}"
+            middle = link.get("medium_seconds")
+            medium = "-" if middle is None else f"{middle * 1e3:.2f}"
             if rate == "none":
                 expected, ratio = "-", "-"
             else:
@@ -120,7 +122,9 @@ def main() -> None:
                 ratio = "-" if bandwidth is None else f"{bandwidth / parse_rate(rate):.2f}"
             print(
                 f"| {rate} | {expected} | {shown} | {ratio} | "
-                f"{link['latency_seconds'] * 1e3:.2f} | {link['small_seconds'] * 1e3:.2f} | "
+                f"{link['latency_seconds'] * 1e3:.2f} | "
+                f"{link['burst_bytes'] / 1e3:.0f} ({link.get('burst', '-')}) | "
+                f"{link['small_seconds'] * 1e3:.2f} | {medium} | "
                 f"{link['large_seconds'] * 1e3:.2f} |",
                 flush=True,
             )

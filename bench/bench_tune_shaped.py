@@ -6,14 +6,13 @@ like the workers'), codedgd's own processes, and a job whose θ is ``--dim`` val
 star's twelve copies of θ and twelve gradients a round queue on the coordinator's NIC.
 
 ``codedgd tune --probe JOB.toml --probe-links`` runs in the coordinator's namespace as a
-user runs it (a probe job of uncoded, then the two link probes), told tbf's burst
-(``--link-burst``: every NIC a token bucket, since 2026-12-01). Then tune reads the same
-probe again (the links refitted from its link probes): told the burst and that every
-process shares this machine's cores (``--cores local``, since 2026-12-01: each message's
-CPU charged at both ends, a ring's and a tree's hops too); as it reads it by default
-(each worker's own times, sent with its results since 2026-12-01, every candidate paying
-the links, no burst); and as it read it before 2026-12-01 (by its arrivals, θ's queue
-taken out as side by side: ``--star-times arrivals``). (Before 2026-11-30 tune took the
+user runs it (a probe job of uncoded, then the three link probes, which measure tbf's
+burst since 2026-12-01). Then tune reads the same probe again (the links refitted from
+its link probes): told tbf's burst (``--link-burst``: every NIC a token bucket); told
+the burst and that every process shares this machine's cores (``--cores local``: each
+message's CPU charged at both ends, a ring's and a tree's hops too); and as it read it
+before 2026-12-01 (by its arrivals, θ's queue taken out as side by side, links of two
+sizes and no burst: ``--star-times arrivals``). (Before 2026-11-30 tune took the
 coordinator as unlimited: ``--star-times arrivals --coordinator-bandwidth inf``.) Then
 tune's top candidates of each, uncoded, ring-allreduce and the tree run for real on the
 same processes to the same target (the uncoded simulation's loss at round
@@ -57,9 +56,9 @@ from codedgd.services.job import Component, JobConfig
 # tc's "256kb" (kibibytes): the burst bench_shaped gives every tbf qdisc.
 BURST = 256 * 1024
 MODELS = {
+    "own times, burst measured (default)": [],
     "own times, burst stated": ["--link-burst", str(BURST)],
     "own times, burst and cores stated": ["--link-burst", str(BURST), "--cores", "local"],
-    "own times, no burst (default)": [],
     "arrivals, fair (before)": ["--star-times", "arrivals"],
 }
 
@@ -96,10 +95,16 @@ def tune(hosts: Any, work: Path, target: float, extra: list[str], probe: Path | 
         from codedgd.services.records import read_result_file
         from codedgd.services.tuning import fit_link
 
-        burst = float(extra[extra.index("--link-burst") + 1]) if "--link-burst" in extra else 0.0
-        small, large = (read_result_file(work / f"probe.link-{size}.json")[2]
-                        for size in ("small", "large"))  # fmt: skip
-        link = fit_link(list(small), list(large), burst=burst).link
+        small, medium, large = (read_result_file(work / f"probe.link-{size}.json")[2]
+                                for size in ("small", "medium", "large"))  # fmt: skip
+        if "--link-burst" in extra:  # (stated)
+            burst = float(extra[extra.index("--link-burst") + 1])
+            link = fit_link(list(small), list(large), burst=burst).link
+        elif "--star-times" in extra:  # (as before 2026-12-01: two sizes, no burst)
+            link = fit_link(list(small), list(large), burst=0.0).link
+        else:  # (measured, as --probe-links does by default)
+            link = fit_link(list(small), list(large), medium=list(medium)).link
+            extra = [*extra, "--link-burst", str(link.burst_bytes)]
         bandwidth = link.bandwidth_bytes_per_second
         source = [str(probe), "--link-latency", str(link.latency_seconds),
                   "--link-bandwidth", str(bandwidth)]  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 from codedgd.services.errors import ConfigError
 from codedgd.services.records import RoundRecord
 from codedgd.services.tuning import fit_link, link_probe_job
-from codedgd.services.tuning.links import LARGE_DIM, SKIPPED_ROUNDS, SMALL_DIM
+from codedgd.services.tuning.links import LARGE_DIM, MEDIUM_DIM, SKIPPED_ROUNDS, SMALL_DIM
 from tests.test_tune import _cli
 
 
@@ -95,6 +95,53 @@ def test_links_that_burst_are_fitted_beyond_the_stated_burst() -> None:
     assert told.link.latency_seconds == pytest.approx(latency * 1.1, rel=0.1)
     assert told.link.burst_bytes == burst and told.to_dict()["burst_bytes"] == burst
     assert "beyond a burst of 256 kB" in told.describe()
+
+
+def test_a_burst_is_measured_from_the_medium_probe() -> None:
+    """The same links, with a third probe of 500 kB messages: beyond the bucket, they
+    take less than the line through the small and the large ones, by what the bucket
+    saves. The fit gives the burst back, and the latency and the rate with it."""
+    latency, bandwidth, burst = 0.0004, 2.5e6, 256e3
+    small, medium, large = (
+        _probe(dim, latency, bandwidth, burst=burst) for dim in (SMALL_DIM, MEDIUM_DIM, LARGE_DIM)
+    )
+    fitted = fit_link(small, large, medium=medium)
+    assert fitted.burst == "measured"
+    assert fitted.link.burst_bytes == pytest.approx(burst, rel=0.1)
+    assert fitted.link.bandwidth_bytes_per_second == pytest.approx(bandwidth / 1.1, rel=0.05)
+    assert fitted.link.latency_seconds == pytest.approx(latency * 1.1, rel=0.1)
+    assert "(measured)" in fitted.describe()
+    doc = fitted.to_dict()
+    assert doc["burst"] == "measured" and doc["medium_bytes"] == 2 * (8 * MEDIUM_DIM + 64)
+    # A stated burst is taken as stated.
+    stated = fit_link(small, large, burst=100e3, medium=medium)
+    assert stated.link.burst_bytes == 100e3 and stated.burst == "stated"
+
+
+@pytest.mark.parametrize(
+    ("latency", "bandwidth"), [(0.0002, 1.25e9), (0.001, 25e6), (0.0004, 2.5e6)]
+)
+def test_links_that_do_not_burst_are_fitted_none(latency: float, bandwidth: float) -> None:
+    """The medium messages on the line, but for the jitter: no burst, the two-size fit."""
+    small, medium, large = (
+        _probe(dim, latency, bandwidth, seed=3) for dim in (SMALL_DIM, MEDIUM_DIM, LARGE_DIM)
+    )
+    fitted = fit_link(small, large, medium=medium)
+    assert fitted.burst == "none" and fitted.link.burst_bytes == 0.0
+    assert fitted.link == fit_link(small, large).link
+
+
+def test_a_burst_beyond_the_medium_messages_is_said_not_measured() -> None:
+    """A bucket of 1 MB holds the medium messages whole: they take the small ones' time,
+    and these sizes cannot tell the burst from the rate. None is fitted, and it is said."""
+    small, medium, large = (
+        _probe(dim, 0.0004, 2.5e6, burst=1e6) for dim in (SMALL_DIM, MEDIUM_DIM, LARGE_DIM)
+    )
+    fitted = fit_link(small, large, medium=medium)
+    assert fitted.burst == "beyond" and fitted.link.burst_bytes == 0.0
+    assert "--link-burst" in fitted.describe()
+    with pytest.raises(ConfigError, match="not between"):
+        fit_link(small, large, medium=large)
 
 
 def test_links_too_fast_for_the_probes_are_free_and_said_to_be() -> None:

@@ -193,12 +193,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     link.add_argument(
         "--link-burst",
         type=float,
-        default=0.0,
         metavar="BYTES",
         help="every NIC's token bucket, bytes each way (tc tbf's burst, a cloud NIC's "
-        "burst allowance; default 0: none): the first BYTES through a NIC in a round go "
-        "at once, the rest at its rate. Stated, not measured: with --probe-links the fit "
-        "puts only what is beyond it down to the bandwidth",
+        "burst allowance): what a NIC's bucket holds goes at once, the rest at its rate, "
+        "and it refills at its rate. Default: measured by --probe-links (a third, medium "
+        "probe: a burst between its small and medium messages, 4-500 kB), else 0 (none). "
+        "Stated, --probe-links puts only what is beyond it down to the bandwidth",
     )
     link.add_argument(
         "--coordinator-sharing",
@@ -322,7 +322,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "--coordinator-bandwidth goes with the links it is part of: give "
             "--link-latency and --link-bandwidth too, or --probe-links"
         )
-    if not (math.isfinite(args.link_burst) and args.link_burst >= 0):
+    if args.link_burst is not None and not (
+        math.isfinite(args.link_burst) and args.link_burst >= 0
+    ):
         raise ConfigError(f"--link-burst must be a number of bytes >= 0, got {args.link_burst}")
     if args.cores is not None and not (args.link_latency is not None or args.probe_links):
         raise ConfigError(
@@ -339,7 +341,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             args.link_latency,
             args.link_bandwidth,
             args.coordinator_bandwidth,
-            burst_bytes=args.link_burst,
+            burst_bytes=args.link_burst or 0.0,
         )
         if args.link_latency is not None
         else None
@@ -405,6 +407,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     star_own = not peered and _star_own(args, records, link)
     own_times = peered or star_own
+    if link is not None and link.burst_bytes and not own_times and args.link_burst is None:
+        # Measured, not asked for: the arrivals reading goes on without it.
+        print(
+            f"codedgd tune: note: the links burst ({link.burst_bytes / 1e3:.4g} kB, "
+            "measured), but a star run read by its arrivals holds the queue the "
+            "coordinator's bucket shaped, which tune does not take out with a burst: the "
+            "candidates are charged none (read the run by its workers' own times to use it)",
+            file=sys.stderr,
+        )
+        link = dataclasses.replace(link, burst_bytes=0.0)
+        if fitted_link is not None:
+            fitted_link = dataclasses.replace(fitted_link, burst="unused")
     if link is not None and link.burst_bytes and not own_times:
         raise ConfigError(
             "--link-burst charges every NIC a token bucket, and a star run's arrivals "
@@ -943,25 +957,31 @@ async def _on_pool(
 
 
 def _probe_links(args: argparse.Namespace) -> LinkFit:
-    """Measure the links on the pool (--probe-links): the two probe jobs of
-    :mod:`codedgd.services.tuning.links`, their result files beside --probe-output."""
+    """Measure the links on the pool (--probe-links): the probe jobs of
+    :mod:`codedgd.services.tuning.links` (the medium one when the burst is not stated),
+    their result files beside --probe-output."""
     import asyncio
 
     from codedgd.services.records import write_results
     from codedgd.services.tuning import fit_link, link_probe_job
-    from codedgd.services.tuning.links import LARGE_DIM, SMALL_DIM
+    from codedgd.services.tuning.links import LARGE_DIM, MEDIUM_DIM, SMALL_DIM
 
     jobs = [
         (link_probe_job(SMALL_DIM), "link probe (8 kB messages)"),
         (link_probe_job(LARGE_DIM), "link probe (2 MB messages)"),
     ]
+    sizes = ["small", "large"]
+    if args.link_burst is None:  # (a burst to measure: the medium messages too)
+        jobs.append((link_probe_job(MEDIUM_DIM), "link probe (500 kB messages)"))
+        sizes.append("medium")
     runs = asyncio.run(_on_pool(args, jobs))
     stem = Path(args.probe_output)
-    for (records, doc), size in zip(runs, ("small", "large"), strict=True):
+    for (records, doc), size in zip(runs, sizes, strict=True):
         path = stem.with_name(f"{stem.stem}.link-{size}.json")
         write_results(path, doc, records, {"rounds": len(records)})
         print(f"link probe results: {path}", file=sys.stderr)
-    fitted = fit_link(runs[0][0], runs[1][0], burst=args.link_burst)
+    medium = runs[2][0] if len(runs) > 2 else None
+    fitted = fit_link(runs[0][0], runs[1][0], burst=args.link_burst, medium=medium)
     print(f"links measured: {fitted.describe()}", file=sys.stderr)
     return fitted
 

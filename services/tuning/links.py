@@ -5,18 +5,28 @@ job has one size. The worker-to-worker topologies (ring-allreduce, tree, codedre
 send messages of other sizes, hop after hop, so tune charges them a :class:`Link`, which
 the user states or this measures.
 
-Two short jobs run on one worker of the pool, with nothing else on its link: uncoded, on
-a few synthetic rows of :data:`SMALL_DIM` and :data:`LARGE_DIM` features, so a round
-sends θ down and the gradient up, two messages of about 8 kB or 2 MB each, around a
-computation of a few rows. Each round's time beyond the worker's own (its response at
-the coordinator less the time from θ complete at the worker to its result ready, which
-the worker reports; the compute it reports, from workers that send no own times) is a
-round trip: two hops. Their median
-at each size gives the line ``2·latency + bytes/bandwidth``: the bandwidth from the
+Short jobs run on one worker of the pool, with nothing else on its link: uncoded, on a
+few synthetic rows of :data:`SMALL_DIM`, :data:`MEDIUM_DIM` and :data:`LARGE_DIM`
+features, so a round sends θ down and the gradient up, two messages of about 8 kB,
+500 kB or 2 MB each, around a computation of a few rows. Each round's time beyond the
+worker's own (its response at the coordinator less the time from θ complete at the
+worker to its result ready, which the worker reports; the compute it reports, from
+workers that send no own times) is a round trip: two hops. Their medians at the small
+and the large size give the line ``2·latency + bytes/bandwidth``: the bandwidth from the
 difference of the two, the latency from what the small messages take beyond their bytes.
 What a message costs beyond the wire (gRPC, protobuf, Python at both ends) is in them
 too, per message in the latency and per byte in the bandwidth, as a worker-to-worker hop
 of codedgd pays it; a worker's own times (a ring's or tree's run) hold none of it.
+
+A link that bursts (a token bucket: tc's tbf, a cloud NIC's allowance) sends its first
+B bytes at once and paces only the rest: the medium messages then take less than the
+line through the small and the large ones says. Where they do, by more than the medians'
+noise (:data:`BURST_NOISE` standard errors, from their spread) and :data:`BURST_FLOOR`
+of the large messages' extra time, the fit puts the bandwidth through the medium and
+large ones (both beyond the burst), the latency through the small ones (within it), and
+the burst where the medium ones lose what it saves: B = (m − (t_m − t_s)·β) / 2 for
+round trips of m bytes. A burst at least as large as a medium message cannot be told
+from the rate by these sizes: said so, and none is fitted (state it: ``--link-burst``).
 """
 
 from __future__ import annotations
@@ -37,6 +47,14 @@ SMALL_DIM = 1_000
 LARGE_DIM = 250_000
 """Features of the large probe: θ and a gradient of 2 MB each (gRPC's default limit is
 4 MiB a message)."""
+MEDIUM_DIM = 62_500
+"""Features of the medium probe: θ and a gradient of 500 kB each, beyond the bursts of
+shaped links it measures (tc tbf's of 256 KiB, say)."""
+BURST_NOISE = 3.0
+"""Standard errors of the medians by which the medium messages must beat the line
+through the small and the large ones to be taken for a burst."""
+BURST_FLOOR = 0.02
+"""... and at least this share of the large messages' extra time over the small ones'."""
 LINK_PROBE_ROUNDS = 20
 """Rounds of each probe job; the first :data:`SKIPPED_ROUNDS` are not timed (connections
 and buffers warming up)."""
@@ -60,14 +78,21 @@ def link_probe_job(dim: int, rounds: int = LINK_PROBE_ROUNDS, seed: int = 0) -> 
 
 @dataclass(frozen=True)
 class LinkFit:
-    """A :class:`Link` fitted from the two probes, and what it was fitted from."""
+    """A :class:`Link` fitted from the probes, and what it was fitted from."""
 
     link: Link
     small_bytes: float  # bytes of one round trip (θ down, gradient up), small probe
     small_seconds: float  # its median seconds beyond compute
     large_bytes: float
     large_seconds: float
-    trips: int  # round trips timed at each size (the fewer of the two)
+    trips: int  # round trips timed at each size (the fewest of them)
+    medium_bytes: float | None = None  # (the medium probe's, when it ran)
+    medium_seconds: float | None = None
+    # How the burst was had: "stated", "measured", "none" (none found, or no medium
+    # probe to find one), "beyond" (the medium messages fit in it: not measured), or
+    # "unused" (measured, but tune read a star run by its arrivals, which it does not
+    # charge a burst).
+    burst: str = "none"
 
     def describe(self) -> str:
         bandwidth = self.link.bandwidth_bytes_per_second
@@ -75,30 +100,44 @@ class LinkFit:
         return (
             f"round trips beyond compute, medians of {self.trips}: "
             f"{self.small_bytes / 1e3:.4g} kB in {self.small_seconds * 1e3:.3g} ms, "
-            f"{self.large_bytes / 1e6:.4g} MB in {self.large_seconds * 1e3:.3g} ms: "
+            + (
+                f"{self.medium_bytes / 1e6:.4g} MB in {self.medium_seconds * 1e3:.3g} ms, "
+                if self.medium_bytes is not None and self.medium_seconds is not None
+                else ""
+            )
+            + f"{self.large_bytes / 1e6:.4g} MB in {self.large_seconds * 1e3:.3g} ms: "
             f"latency {self.link.latency_seconds * 1e3:.3g} ms a hop, bandwidth {shown}"
             + (
-                f" beyond a burst of {self.link.burst_bytes / 1e3:.4g} kB"
+                f" beyond a burst of {self.link.burst_bytes / 1e3:.4g} kB ({self.burst})"
                 if self.link.burst_bytes
+                else ""
+            )
+            + (
+                "; the medium messages fit in a burst too, which these sizes cannot "
+                "measure (state it: --link-burst)"
+                if self.burst == "beyond"
                 else ""
             )
         )
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | str | None]:
         return {
             "latency_seconds": self.link.latency_seconds,
             # JSON has no inf: null is a link too fast for the probes to measure
             "bandwidth_bytes_per_second": (
                 self.link.bandwidth_bytes_per_second
                 if math.isfinite(self.link.bandwidth_bytes_per_second)
-                else None  # type: ignore[dict-item]
+                else None
             ),
-            "burst_bytes": self.link.burst_bytes,  # (stated: what the fit took it to be)
+            "burst_bytes": self.link.burst_bytes,
+            "burst": self.burst,  # stated, measured, none, or beyond (LinkFit.burst)
             "small_bytes": self.small_bytes,
             "small_seconds": self.small_seconds,
             "large_bytes": self.large_bytes,
             "large_seconds": self.large_seconds,
             "trips": self.trips,
+            "medium_bytes": self.medium_bytes,
+            "medium_seconds": self.medium_seconds,
         }
 
 
@@ -127,16 +166,19 @@ def round_trips(records: Sequence[RoundRecord], what: str) -> tuple[np.ndarray, 
 
 
 def fit_link(
-    small: Sequence[RoundRecord], large: Sequence[RoundRecord], burst: float = 0.0
+    small: Sequence[RoundRecord],
+    large: Sequence[RoundRecord],
+    burst: float | None = None,
+    medium: Sequence[RoundRecord] | None = None,
 ) -> LinkFit:
-    """The link that the two probes' round trips fit (see the module's text). Where the
+    """The link that the probes' round trips fit (see the module's text). Where the
     large messages took no longer than the small ones, the bandwidth is beyond what
     messages of this size can measure: free (inf).
 
-    ``burst``: the links' token bucket, bytes each way (stated: two sizes cannot tell it
-    from the latency and the rate). Each hop's first ``burst`` bytes then cost nothing
-    but the latency, and only the rest is put down to the bandwidth; the small
-    messages, within it, time the latency alone."""
+    ``burst``: the links' token bucket, bytes each way, stated. Each hop's first
+    ``burst`` bytes then cost nothing but the latency, and only the rest is put down to
+    the bandwidth; the small messages, within it, time the latency alone. None: measured
+    from the ``medium`` probe's round trips (none without them)."""
     small_trips, small_bytes = round_trips(small, "small")
     large_trips, large_bytes = round_trips(large, "large")
     if not large_bytes > small_bytes:
@@ -145,19 +187,81 @@ def fit_link(
             f"{small_bytes:.0f}: they are not the probes (give the small one first)"
         )
     t_small, t_large = float(np.median(small_trips)), float(np.median(large_trips))
+    trips = [small_trips.size, large_trips.size]
+    middle: tuple[float, float] | None = None
+    how = "stated" if burst else "none"
+    if medium is not None:
+        medium_trips, medium_bytes = round_trips(medium, "medium")
+        if not small_bytes < medium_bytes < large_bytes:
+            raise ConfigError(
+                f"the medium probe's round trips carried {medium_bytes:.0f} bytes, not "
+                f"between the small one's ({small_bytes:.0f}) and the large one's "
+                f"({large_bytes:.0f}): they are not the probes"
+            )
+        trips.append(medium_trips.size)
+        middle = (medium_bytes, float(np.median(medium_trips)))
+        if burst is None:
+            burst, how = _burst(
+                (small_bytes, small_trips), (medium_bytes, medium_trips), (large_bytes, large_trips)
+            )
+    link = _line(small_bytes, t_small, large_bytes, t_large, burst or 0.0)
+    return LinkFit(
+        link,
+        small_bytes,
+        t_small,
+        large_bytes,
+        t_large,
+        int(min(trips)),
+        medium_bytes=middle[0] if middle else None,
+        medium_seconds=middle[1] if middle else None,
+        burst=how,
+    )
+
+
+def _line(
+    small_bytes: float, t_small: float, large_bytes: float, t_large: float, burst: float
+) -> Link:
+    """The latency and bandwidth through two sizes' medians, a round trip being two hops
+    of half its bytes, each paced beyond ``burst``."""
     extra = t_large - t_small
-    # (a round trip is two hops of half its bytes, each paced beyond the burst)
     small_paced = 2 * max(small_bytes / 2 - burst, 0.0)
     large_paced = 2 * max(large_bytes / 2 - burst, 0.0)
     bandwidth = (large_paced - small_paced) / extra if extra > 0 else math.inf
     if not bandwidth > 0:  # (the large messages fit in the burst too: nothing paced)
         bandwidth = math.inf
     latency = max(t_small - small_paced / bandwidth, 0.0) / 2.0
-    return LinkFit(
-        Link(latency, bandwidth, burst_bytes=burst),
-        small_bytes,
-        t_small,
-        large_bytes,
-        t_large,
-        int(min(small_trips.size, large_trips.size)),
-    )
+    return Link(latency, bandwidth, burst_bytes=burst)
+
+
+def _burst(
+    small: tuple[float, np.ndarray],
+    medium: tuple[float, np.ndarray],
+    large: tuple[float, np.ndarray],
+) -> tuple[float, str]:
+    """The burst the three probes show (bytes each way a hop), and how it was had."""
+    (s, ts), (m, tm), (big, tl) = ((b, np.asarray(t)) for b, t in (small, medium, large))
+    t_s, t_m, t_l = (float(np.median(t)) for t in (ts, tm, tl))
+    if not t_l > t_s:
+        return 0.0, "none"
+    on_line = t_s + (m - s) / (big - s) * (t_l - t_s)
+    saved = on_line - t_m
+    noise = math.sqrt(sum(_median_error(t) ** 2 for t in (ts, tm, tl)))
+    if saved <= max(BURST_NOISE * noise, BURST_FLOOR * (t_l - t_s)):
+        return 0.0, "none"
+    # Both beyond the burst: their difference is all paced. (Within it, the medium ones
+    # take no longer than the small ones: the burst is a medium message or more.)
+    if not t_l > t_m or t_m - t_s <= BURST_NOISE * noise:
+        return 0.0, "beyond"
+    bandwidth = (big - m) / (t_l - t_m)
+    burst = (m - (t_m - t_s) * bandwidth) / 2.0
+    if not burst > s / 2:  # (no more than the small messages: nothing to tell)
+        return 0.0, "none"
+    return min(burst, m / 2.0), "measured"
+
+
+def _median_error(values: np.ndarray) -> float:
+    """The standard error of a sample's median, from its spread (1.4826·MAD for σ)."""
+    if values.size < 2:
+        return 0.0
+    mad = float(np.median(np.abs(values - np.median(values))))
+    return 1.2533 * 1.4826 * mad / math.sqrt(values.size)

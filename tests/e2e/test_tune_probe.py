@@ -124,8 +124,9 @@ def test_a_probe_job_is_tuned_on_and_a_pool_too_small_is_refused(
 def test_the_links_are_measured_on_the_pool_and_the_topologies_pay_them(
     tmp_path: Path, worker_processes: WorkerProcesses
 ) -> None:
-    """--probe-links: two jobs of one worker with small and large messages; the link they
-    fit is what the topology candidates pay, printed, and refitted from the files kept."""
+    """--probe-links: three jobs of one worker with small, medium and large messages; the
+    link they fit is what the topology candidates pay, printed, and refitted from the
+    files kept."""
     from codedgd.services.records import read_result_file
     from codedgd.services.tuning import fit_link
 
@@ -154,13 +155,14 @@ def test_the_links_are_measured_on_the_pool_and_the_topologies_pay_them(
         assert link["bandwidth_bytes_per_second"] is None or link["bandwidth_bytes_per_second"] > 0
         # The probes' rounds are kept: one worker each, and they give the same link.
         runs = []
-        for size, features in (("small", 1_000), ("large", 250_000)):
+        for size, features in (("small", 1_000), ("medium", 62_500), ("large", 250_000)):
             job_doc, _, records = read_result_file(tmp_path / f"probe.link-{size}.json")
             assert job_doc["job"]["workers"] == 1 and len(records) == 20
             assert job_doc["data"]["dim"] == features
             assert all(len(r.response_seconds) == 1 for r in records)
             runs.append(records)
-        again = fit_link(*runs).to_dict()
+        again = fit_link(runs[0], runs[2], medium=runs[1]).to_dict()
+        assert again["burst"] in ("measured", "none", "beyond")
         # The coordinator's NIC is taken as fast as the link measured through it.
         coordinator_rate = again["bandwidth_bytes_per_second"]
         assert again | {"coordinator_bandwidth_bytes_per_second": coordinator_rate} == (
