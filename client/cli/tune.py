@@ -98,9 +98,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--probe-links",
         action="store_true",
         help="measure the links between workers on the live pool (--coordinator), for the "
-        "topologies: two uncoded jobs of one worker, with 8 kB and 2 MB messages, 20 rounds "
-        "each (their result files beside --probe-output); the fitted latency and bandwidth "
-        "stand for --link-latency and --link-bandwidth. With a result file or --probe",
+        "topologies: uncoded jobs of one worker, with 8 kB, 500 kB (unless --link-burst is "
+        "given) and 2 MB messages, 20 rounds each (their result files beside "
+        "--probe-output); the fitted latency, bandwidth and burst stand for --link-latency, "
+        "--link-bandwidth and --link-burst. With a result file or --probe",
     )
     probe.add_argument("--coordinator", default=DEFAULT_ADDRESS, help="host:port")
     add_security_arguments(p, server=False)

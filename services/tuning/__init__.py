@@ -3,7 +3,7 @@
 :func:`observe` reads a finished run's per-worker timings, :func:`fit_delays` fits
 their distribution (shifted exponential, Pareto; the empirical one is replayed as it is),
 and :func:`search` runs every candidate policy on the simulator with those delays
-(docs/tuning.md); :func:`fit_link` fits the links between workers from two probe jobs'
+(docs/tuning.md); :func:`fit_link` fits the links between workers from the probe jobs'
 records. Pure numpy and the simulator: no gRPC, no client.
 """
 

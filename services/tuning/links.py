@@ -64,7 +64,7 @@ MIN_TRIPS = 5
 
 
 def link_probe_job(dim: int, rounds: int = LINK_PROBE_ROUNDS, seed: int = 0) -> JobConfig:
-    """One of the two probe jobs: one worker, uncoded, 8 synthetic rows of ``dim``
+    """One of the probe jobs: one worker, uncoded, 8 synthetic rows of ``dim``
     features, no straggler model, no evaluation."""
     return JobConfig(
         workers=1,
