@@ -199,13 +199,7 @@ class Links:
         self._spend(src, True, float(whole.sum()), credit)
         # Each receiver's side: its own bucket, then its rate (_own_side).
         theirs = [(self._paced(d, False, b), self._rate(d, False)) for d, b, _ in transfers]
-        cap = min((rate for _, rate in theirs), default=math.inf)
-        done = _own_side(
-            fair_finish(starts, sizes, self._rate(src, True), self._cap(cap)),
-            starts,
-            theirs,
-            self.cost,
-        )
+        done = self._side_by_side(src, True, starts, sizes, theirs)
         for (dst, _, _), end in zip(transfers, done, strict=True):
             self._recv[dst] = max(self._recv.get(dst, -math.inf), float(end))
         if len(done):
@@ -236,18 +230,27 @@ class Links:
             src, nbytes, _ = transfers[i]
             sizes[i] = self._paced(dst, False, nbytes)
             theirs[i] = (self._paced(src, True, nbytes), self._rate(src, True))
-        cap = min((rate for _, rate in theirs), default=math.inf)
-        done = _own_side(
-            fair_finish(starts, sizes, self._rate(dst, False), self._cap(cap)),
-            starts,
-            theirs,
-            self.cost,
-        )
+        done = self._side_by_side(dst, False, starts, sizes, theirs)
         for (src, _, _), end in zip(transfers, done, strict=True):
             self._send[src] = max(self._send.get(src, -math.inf), float(end))
         if len(done):
             self._recv[dst] = float(np.max(done))
         return self._parsed([dst] * len(transfers), transfers, done)
+
+    def _side_by_side(
+        self,
+        node: int,
+        outgoing: bool,
+        starts: np.ndarray,
+        sizes: np.ndarray,
+        theirs: Sequence[tuple[float, float]],
+    ) -> np.ndarray:
+        """When the last byte of each message sharing ``node``'s one side (``fair``)
+        leaves: ``sizes`` paced there from ``starts``, each also paying its other end
+        (``theirs``: bytes paced there, and its rate; :func:`_own_side`)."""
+        cap = min((rate for _, rate in theirs), default=math.inf)
+        shared = fair_finish(starts, sizes, self._rate(node, outgoing), self._cap(cap))
+        return _own_side(shared, starts, theirs, self.cost)
 
     def _parsed(
         self,
