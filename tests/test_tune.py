@@ -1153,6 +1153,19 @@ def test_a_pool_on_one_machine_pays_each_messages_cpu_on_its_cores(tmp_path: Pat
     done = _cli(*tune, *links, "--cores", "2", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["cores"] == 2.0
+    assert "charged its sharing twice" not in done.stderr  # (compute: microseconds)
+    # A run whose compute is most of its rounds: its compute, timed on that machine,
+    # would be shared on the cores again. Said.
+    done = _cli(
+        "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.01",
+        "--seconds-per-sample", "0.001", "--seconds-per-partition", "0",
+        "--no-progress", "-o", "busy.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = _cli("tune", "busy.json", *tune[2:], *links, "--cores", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "charged its sharing twice" in done.stderr, done.stderr
 
 
 def test_from_a_star_run_a_trees_hops_replace_the_stars_round_trip() -> None:

@@ -471,6 +471,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         went_without = _went_without(args.results, obs)
         if link is not None and not own_times:
             _note_coordinator_queue(args.results, records, link, args.coordinator_sharing)
+    if args.cores is not None:
+        _note_shared_compute(args.results, records, obs.median_compute(), args.cores)
     try:
         fit = fit_delays(obs)
     except ConfigError as exc:
@@ -955,6 +957,27 @@ async def _on_pool(
             records = [record async for record in client.watch(job_id)]
             out.append((records, {**config.to_dict(), "job_id": job_id}))
     return out
+
+
+def _note_shared_compute(
+    results: str, records: Sequence[RoundRecord], compute: float, cores: float
+) -> None:
+    """--cores shares the candidates' compute on the cores; a run on that machine timed
+    its workers' compute shared already. Say so where compute is much of a round."""
+    import statistics
+
+    rounds = [r.round_seconds for r in records if math.isfinite(r.round_seconds)]
+    typical = statistics.median(rounds) if rounds else math.nan
+    if not compute > 0.1 * typical:
+        return
+    print(
+        f"codedgd tune: note: --cores {cores:g} shares every candidate's compute on the "
+        f"cores, and {results}'s workers timed theirs (a median of {compute:.3g} s, against "
+        f"a median round of {typical:.3g} s) on that machine, shared "
+        "already: the compute is charged its sharing twice. --cores is for pools whose "
+        "compute is small beside their messages' CPU; leave it out otherwise",
+        file=sys.stderr,
+    )
 
 
 def _probe_links(args: argparse.Namespace) -> LinkFit:
