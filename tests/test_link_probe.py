@@ -11,8 +11,15 @@ import pytest
 
 from codedgd.services.errors import ConfigError
 from codedgd.services.records import RoundRecord
+from codedgd.services.sim import CostModel, simulate
 from codedgd.services.tuning import fit_link, link_probe_job
-from codedgd.services.tuning.links import LARGE_DIM, MEDIUM_DIM, SKIPPED_ROUNDS, SMALL_DIM
+from codedgd.services.tuning.links import (
+    LARGE_DIM,
+    MEDIUM_DIM,
+    SKIPPED_ROUNDS,
+    SMALL_DIM,
+    burst_pause,
+)
 from tests.test_tune import _cli
 
 
@@ -142,6 +149,53 @@ def test_a_burst_beyond_the_medium_messages_is_said_not_measured() -> None:
     assert "--link-burst" in fitted.describe()
     with pytest.raises(ConfigError, match="not between"):
         fit_link(small, large, medium=large)
+
+
+def _simulated_probes(
+    latency: float, bandwidth: float, burst: float
+) -> tuple[list[RoundRecord], list[RoundRecord], list[RoundRecord]]:
+    """The three probes as ``--probe-links`` runs them, on the simulator: one worker and
+    the coordinator, every NIC of ``bandwidth`` and a bucket of ``burst`` that carries
+    from round to round, the medium probe pausing each round at the two sizes' fit."""
+    cost = CostModel(
+        compute="none",
+        decode_seconds=0.0,
+        latency_seconds=latency,
+        bandwidth_bytes_per_second=bandwidth,
+        ingress_bandwidth_bytes_per_second=bandwidth,
+        egress_bandwidth_bytes_per_second=bandwidth,
+        burst_bytes=burst,
+    )
+    small, large = (list(simulate(link_probe_job(d), cost).records) for d in (SMALL_DIM, LARGE_DIM))
+    pause = burst_pause(fit_link(small, large, burst=0.0).link)
+    medium = list(simulate(link_probe_job(MEDIUM_DIM, pause=pause), cost).records)
+    return small, medium, large
+
+
+@pytest.mark.parametrize(("bandwidth", "burst"), [(2.5e6, 262144.0), (2.5e6, 350e3), (25e6, 4e5)])
+def test_the_burst_of_a_bucket_that_carries_over_is_measured(
+    bandwidth: float, burst: float
+) -> None:
+    """Buckets refill only while idle: the medium probe's pause lets every side refill,
+    and the fit gives the burst back (without it, rounds back to back leave a bucket of
+    350 kB holding 150 kB when the next medium message comes)."""
+    small, medium, large = _simulated_probes(0.0004, bandwidth, burst)
+    fitted = fit_link(small, large, medium=medium)
+    assert fitted.burst == "measured"
+    assert fitted.link.burst_bytes == pytest.approx(burst, rel=0.01)
+    assert fitted.link.bandwidth_bytes_per_second == pytest.approx(bandwidth, rel=0.01)
+    assert fitted.link.latency_seconds == pytest.approx(0.0004, rel=0.05)
+    # Read as bursting none, the two sizes' line (what an arrivals reading is charged).
+    plain = fitted.without_burst()
+    assert plain.burst_bytes == 0.0 and plain == fit_link(small, large, burst=0.0).link
+
+
+def test_a_bucket_beyond_the_medium_messages_is_said_not_measured_on_the_simulator() -> None:
+    small, medium, large = _simulated_probes(0.0004, 2.5e6, 1e6)
+    fitted = fit_link(small, large, medium=medium)
+    assert fitted.burst == "beyond" and fitted.link.burst_bytes == 0.0
+    small, medium, large = _simulated_probes(0.0004, 2.5e6, 0.0)
+    assert fit_link(small, large, medium=medium).burst == "none"
 
 
 def test_links_too_fast_for_the_probes_are_free_and_said_to_be() -> None:

@@ -118,8 +118,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=0.0,
         metavar="BYTES",
         help="every NIC's token bucket, bytes each way (tc tbf's burst, a cloud NIC's "
-        "burst allowance), full at each round's start: the first BYTES through it in a "
-        "round go at once, the rest at its rate (default 0: none)",
+        "burst allowance), full before the first round and refilled at its rate between "
+        "rounds: what it holds goes at once, the rest at its rate (default 0: none)",
     )
     c.add_argument(
         "--sharing",

@@ -198,7 +198,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="every NIC's token bucket, bytes each way (tc tbf's burst, a cloud NIC's "
         "burst allowance): what a NIC's bucket holds goes at once, the rest at its rate, "
         "and it refills at its rate. Default: measured by --probe-links (a third, medium "
-        "probe: a burst between its small and medium messages, 4-500 kB), else 0 (none). "
+        "probe: a burst between its small and medium messages, 8-500 kB), else 0 (none). "
         "Stated, --probe-links puts only what is beyond it down to the bandwidth",
     )
     link.add_argument(
@@ -417,9 +417,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "candidates are charged none (read the run by its workers' own times to use it)",
             file=sys.stderr,
         )
-        link = dataclasses.replace(link, burst_bytes=0.0)
-        if fitted_link is not None:
+        if fitted_link is not None:  # (its latency and rate read as bursting none)
             fitted_link = dataclasses.replace(fitted_link, burst="unused")
+            link = dataclasses.replace(
+                fitted_link.without_burst(),
+                coordinator_bandwidth_bytes_per_second=args.coordinator_bandwidth,
+            )
+        else:
+            link = dataclasses.replace(link, burst_bytes=0.0)
     if link is not None and link.burst_bytes and not own_times:
         raise ConfigError(
             "--link-burst charges every NIC a token bucket, and a star run's arrivals "
@@ -471,7 +476,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         went_without = _went_without(args.results, obs)
         if link is not None and not own_times:
             _note_coordinator_queue(args.results, records, link, args.coordinator_sharing)
-    if args.cores is not None:
+    hops_searched = not args.policy or bool(set(args.policy) & set(TOPOLOGIES))
+    if args.cores is not None and (own_times or hops_searched):  # (who shares compute)
         _note_shared_compute(args.results, records, obs.median_compute(), args.cores)
     try:
         fit = fit_delays(obs)
@@ -988,23 +994,28 @@ def _probe_links(args: argparse.Namespace) -> LinkFit:
 
     from codedgd.services.records import write_results
     from codedgd.services.tuning import fit_link, link_probe_job
-    from codedgd.services.tuning.links import LARGE_DIM, MEDIUM_DIM, SMALL_DIM
+    from codedgd.services.tuning.links import LARGE_DIM, MEDIUM_DIM, SMALL_DIM, burst_pause
 
     jobs = [
         (link_probe_job(SMALL_DIM), "link probe (8 kB messages)"),
         (link_probe_job(LARGE_DIM), "link probe (2 MB messages)"),
     ]
-    sizes = ["small", "large"]
-    if args.link_burst is None:  # (a burst to measure: the medium messages too)
-        jobs.append((link_probe_job(MEDIUM_DIM), "link probe (500 kB messages)"))
-        sizes.append("medium")
     runs = asyncio.run(_on_pool(args, jobs))
+    sizes = ["small", "large"]
+    medium = None
+    if args.link_burst is None:
+        # A burst to measure: the medium messages too, after a pause each round long
+        # enough for every NIC's bucket to refill (at the two sizes' bandwidth).
+        pause = burst_pause(fit_link(runs[0][0], runs[1][0], burst=0.0).link)
+        what = f"link probe (500 kB messages, {pause:.3g} s pause a round)"
+        runs += asyncio.run(_on_pool(args, [(link_probe_job(MEDIUM_DIM, pause=pause), what)]))
+        sizes.append("medium")
+        medium = runs[2][0]
     stem = Path(args.probe_output)
     for (records, doc), size in zip(runs, sizes, strict=True):
         path = stem.with_name(f"{stem.stem}.link-{size}.json")
         write_results(path, doc, records, {"rounds": len(records)})
         print(f"link probe results: {path}", file=sys.stderr)
-    medium = runs[2][0] if len(runs) > 2 else None
     fitted = fit_link(runs[0][0], runs[1][0], burst=args.link_burst, medium=medium)
     print(f"links measured: {fitted.describe()}", file=sys.stderr)
     return fitted

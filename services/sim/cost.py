@@ -55,8 +55,8 @@ share its cores and where handling a message costs CPU, not just link time. With
   of a core (processor sharing, :func:`fair_finish`).
 
 A straggler's delay comes after its CPU work (building its message is counted before the
-delay). The four CPU constants default to what ``python -m bench.bench_host_cpu``
-measured on the 2-core machine of docs/neural.md.
+delay). The four CPU constants of a star's messages default to what ``python -m
+bench.bench_host_cpu`` measured on the 2-core machine of docs/neural.md.
 
 Rings and trees on one machine (:class:`~codedgd.services.sim.topologies.Cpu`): every
 process does its CPU work one task at a time: each end of every hop (a worker's
@@ -105,7 +105,8 @@ class CostModel:
     round_overhead_seconds: float = 0.0
     sharing: str = "fifo"
     cores: float | None = None
-    # Every NIC's token bucket, bytes each way, full at each round's start (0: none).
+    # Every NIC's token bucket, bytes each way, full before the first round, refilled at
+    # its rate between rounds (Buckets; 0: none).
     burst_bytes: float = 0.0
     # bench/bench_host_cpu.py on the 2-core machine of docs/neural.md (CPU seconds per
     # round of real runs at two message sizes; see the module docstring).

@@ -30,6 +30,7 @@ tree node cancels are counted as if they had kept sending). Crashes (straggler m
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -70,9 +71,10 @@ class Cpu:
     def __init__(self, cost: CostModel) -> None:
         self.cost = cost
         self._busy: dict[int, list[tuple[float, float]]] = {}  # each node's, by start
-        self._starts = np.empty(64)
-        self._ends = np.empty(64)
-        self._placed = 0
+        # Every task placed, by start (for the overlaps), and the longest one's length.
+        self._starts: list[float] = []
+        self._ends: list[float] = []
+        self._longest = 0.0
 
     @property
     def shared(self) -> bool:
@@ -93,8 +95,8 @@ class Cpu:
         """When ``node``'s task of ``seconds`` of a core, asked at ``ready``, is done."""
         if not self.shared:
             return ready + seconds
-        if seconds <= 0:
-            return ready
+        if not (seconds > 0 and math.isfinite(ready)):
+            return ready  # (nothing to do, or never asked)
         busy = self._busy.setdefault(node, [])
         start, at = ready, 0
         while True:  # the first gap of this process's from ``ready`` that holds the task
@@ -105,22 +107,25 @@ class Cpu:
                 break
             start = max(start, busy[at][1])
         busy.insert(at, (start, end))
-        placed = self._placed
-        if placed == self._starts.shape[0]:
-            self._starts = np.concatenate([self._starts, np.empty(placed)])
-            self._ends = np.concatenate([self._ends, np.empty(placed)])
-        self._starts[placed], self._ends[placed] = start, end
-        self._placed += 1
+        i = bisect.bisect_right(self._starts, start)
+        self._starts.insert(i, start)
+        self._ends.insert(i, end)
+        self._longest = max(self._longest, end - start)
         return end
 
     def _took(self, start: float, seconds: float) -> float:
         """How long ``seconds`` of a core started at ``start`` take beside the tasks
         placed before (this process's own never overlap it)."""
         cores = float(self.cost.cores or 1.0)
-        placed = self._placed
-        overlap = np.minimum(self._ends[:placed], start + seconds) - np.maximum(
-            self._starts[:placed], start
-        )
+        # Only tasks started within the longest task's length before ``start`` can
+        # still be running then; none started after the task's own end overlaps it.
+        lo = bisect.bisect_left(self._starts, start - self._longest)
+        hi = bisect.bisect_left(self._starts, start + seconds)
+        if lo >= hi:
+            return seconds
+        starts = np.asarray(self._starts[lo:hi])
+        ends = np.asarray(self._ends[lo:hi])
+        overlap = np.minimum(ends, start + seconds) - np.maximum(starts, start)
         others = float(np.clip(overlap, 0.0, None).sum()) / seconds
         return seconds * max(1.0, (1.0 + others) / cores)
 

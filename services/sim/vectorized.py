@@ -24,7 +24,8 @@ optimizer step and the evaluation are the event engine's own (:meth:`Simulator.r
 
 What differs from the event engine, by design: the decode time is a constant (the cost
 model's ``decode_seconds``, or the median of timed real decodes of this policy on random
-payloads before round 0) where the event engine times every round's decode; and with
+payloads before round 0) where the event engine times every round's decode (and with a
+burst, the time the NICs' buckets refill by, so the next rounds' waits differ too); and with
 ``per_worker=False`` the records leave out the per-worker response and compute times
 (they are what makes 10,000-worker records large). tests/sim/test_vectorized.py checks
 that both engines give the same round times, records and θ.

@@ -27,6 +27,10 @@ large ones (both beyond the burst), the latency through the small ones (within i
 the burst where the medium ones lose what it saves: B = (m − (t_m − t_s)·β) / 2 for
 round trips of m bytes. A burst at least as large as a medium message cannot be told
 from the rate by these sizes: said so, and none is fitted (state it: ``--link-burst``).
+A bucket refills at its rate only while its side is idle, so the medium probe runs
+after the other two, its worker waiting :func:`burst_pause` before each answer (twice a
+medium message's time at the two-size fit's bandwidth): every side is idle long enough
+to refill a burst of up to a medium message before it is used again.
 """
 
 from __future__ import annotations
@@ -63,9 +67,13 @@ MIN_TRIPS = 5
 """Round trips each size needs for its median."""
 
 
-def link_probe_job(dim: int, rounds: int = LINK_PROBE_ROUNDS, seed: int = 0) -> JobConfig:
+def link_probe_job(
+    dim: int, rounds: int = LINK_PROBE_ROUNDS, seed: int = 0, pause: float = 0.0
+) -> JobConfig:
     """One of the probe jobs: one worker, uncoded, 8 synthetic rows of ``dim``
-    features, no straggler model, no evaluation."""
+    features, no evaluation, and no straggler model, or with ``pause`` > 0 its worker
+    waiting that many seconds before each answer (the "fixed" model: its own time, not
+    the round trip's)."""
     return JobConfig(
         workers=1,
         rounds=rounds,
@@ -73,7 +81,19 @@ def link_probe_job(dim: int, rounds: int = LINK_PROBE_ROUNDS, seed: int = 0) -> 
         eval_every=10**9,
         data=Component("synthetic", {"rows": 8, "dim": dim}),
         policy=Component("uncoded", {}),
+        stragglers=(
+            Component("fixed", {"count": 1, "delay": pause}) if pause > 0 else Component("none")
+        ),
     )
+
+
+def burst_pause(link: Link) -> float:
+    """Seconds the medium probe's worker waits before each answer, so that every NIC
+    side the probe uses is idle long enough to refill a burst as large as a medium
+    message: twice that message's time at ``link``'s bandwidth (the two-size fit's,
+    which a burst makes too high by some tens of %)."""
+    bandwidth = link.bandwidth_bytes_per_second
+    return 0.0 if math.isinf(bandwidth) else 2.0 * 8 * MEDIUM_DIM / bandwidth
 
 
 @dataclass(frozen=True)
@@ -118,6 +138,12 @@ class LinkFit:
                 if self.burst == "beyond"
                 else ""
             )
+        )
+
+    def without_burst(self) -> Link:
+        """The link of the small and large probes alone, read as bursting none."""
+        return _line(
+            self.small_bytes, self.small_seconds, self.large_bytes, self.large_seconds, 0.0
         )
 
     def to_dict(self) -> dict[str, float | str | None]:
@@ -246,11 +272,12 @@ def _burst(
     on_line = t_s + (m - s) / (big - s) * (t_l - t_s)
     saved = on_line - t_m
     noise = math.sqrt(sum(_median_error(t) ** 2 for t in (ts, tm, tl)))
-    if saved <= max(BURST_NOISE * noise, BURST_FLOOR * (t_l - t_s)):
+    threshold = max(BURST_NOISE * noise, BURST_FLOOR * (t_l - t_s))
+    if saved <= threshold:
         return 0.0, "none"
     # Both beyond the burst: their difference is all paced. (Within it, the medium ones
     # take no longer than the small ones: the burst is a medium message or more.)
-    if not t_l > t_m or t_m - t_s <= BURST_NOISE * noise:
+    if not t_l > t_m or t_m - t_s <= threshold:
         return 0.0, "beyond"
     bandwidth = (big - m) / (t_l - t_m)
     burst = (m - (t_m - t_s) * bandwidth) / 2.0

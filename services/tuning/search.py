@@ -304,8 +304,8 @@ class Link:
     link, as in a cluster of one instance type; inf: unlimited, the coordinator's side
     never the bottleneck). A star's n copies of θ and n gradients then queue on it,
     where a tree's root hears only its children: what a tree saves. ``burst_bytes``:
-    every NIC a token bucket of that many bytes each way, full at each round's start
-    (tc tbf's burst; :class:`~codedgd.services.sim.cost.CostModel`).
+    every NIC a token bucket of that many bytes each way, refilled at its rate (tc tbf's
+    burst; :class:`~codedgd.services.sim.cost.Buckets`).
     """
 
     latency_seconds: float

@@ -157,12 +157,13 @@ def test_the_links_are_measured_on_the_pool_and_the_topologies_pay_them(
         runs = []
         for size, features in (("small", 1_000), ("medium", 62_500), ("large", 250_000)):
             job_doc, _, records = read_result_file(tmp_path / f"probe.link-{size}.json")
+            # (the medium probe pauses each round so the NICs' buckets refill)
+            assert (job_doc["stragglers"]["name"] == "fixed") == (size == "medium")
             assert job_doc["job"]["workers"] == 1 and len(records) == 20
             assert job_doc["data"]["dim"] == features
             assert all(len(r.response_seconds) == 1 for r in records)
             runs.append(records)
         again = fit_link(runs[0], runs[2], medium=runs[1]).to_dict()
-        assert again["burst"] in ("measured", "none", "beyond")
         # The coordinator's NIC is taken as fast as the link measured through it.
         coordinator_rate = again["bandwidth_bytes_per_second"]
         assert again | {"coordinator_bandwidth_bytes_per_second": coordinator_rate} == (
