@@ -1066,13 +1066,7 @@ def test_star_times_own_needs_the_links_and_the_workers_own_times(tmp_path: Path
     done = _cli(*tune, *links, cwd=tmp_path)  # (no straggler model: no straggling at all)
     assert done.returncode == 2 and "(--star-times arrivals)" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-    done = _cli(
-        "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
-        "--stragglers", "exponential", "--straggler-opt", "mean=0.01",
-        "--no-progress", "-o", "star.json", cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    tune[1] = "star.json"
+    tune = _star_run(tmp_path, "star.json")
     done = _cli(*tune, "--star-times", "own", cwd=tmp_path)
     assert done.returncode == 2 and "state them (--link-latency" in done.stderr, done.stderr
     doc = json.loads((tmp_path / "star.json").read_text())
@@ -1090,14 +1084,20 @@ def test_star_times_own_needs_the_links_and_the_workers_own_times(tmp_path: Path
     assert json.loads(done.stdout)["timings"] == "own"
 
 
-def test_a_links_burst_is_stated_with_the_links_and_charged_on_every_nic(tmp_path: Path) -> None:
+def _star_run(tmp_path: Path, name: str, *cost: str) -> list[str]:
+    """A simulated star run into ``name`` (4 workers, 12 rounds, exponential delays of
+    10 ms; ``cost``: simulate's cost flags), and tune's command on it."""
     done = _cli(
         "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
-        "--stragglers", "exponential", "--straggler-opt", "mean=0.01",
-        "--no-progress", "-o", "star.json", cwd=tmp_path,
+        "--stragglers", "exponential", "--straggler-opt", "mean=0.01", *cost,
+        "--no-progress", "-o", name, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    tune = ["tune", "star.json", "--no-progress", "--repeats", "1", "--policy", "uncoded"]
+    return ["tune", name, "--no-progress", "--repeats", "1", "--policy", "uncoded"]
+
+
+def test_a_links_burst_is_stated_with_the_links_and_charged_on_every_nic(tmp_path: Path) -> None:
+    tune = _star_run(tmp_path, "star.json")
     done = _cli(*tune, "--link-burst", "65536", cwd=tmp_path)
     assert done.returncode == 2 and "--link-burst goes with the links" in done.stderr
     links = ["--link-latency", "0.001", "--link-bandwidth", "1e6"]
@@ -1138,13 +1138,7 @@ def test_a_pool_on_one_machine_pays_each_messages_cpu_on_its_cores(tmp_path: Pat
     assert crowded > shared
     with pytest.raises(ConfigError, match="give the links too"):
         search(source, obs, tail, target_loss=-1.0, rounds=4, repeats=1, cores=2.0)
-    done = _cli(
-        "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
-        "--stragglers", "exponential", "--straggler-opt", "mean=0.01",
-        "--no-progress", "-o", "star.json", cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    tune = ["tune", "star.json", "--no-progress", "--repeats", "1", "--policy", "uncoded"]
+    tune = _star_run(tmp_path, "star.json")
     done = _cli(*tune, "--cores", "2", cwd=tmp_path)
     assert done.returncode == 2 and "--cores charges each message's CPU" in done.stderr
     links = ["--link-latency", "0.001", "--link-bandwidth", "1e6"]
@@ -1156,14 +1150,8 @@ def test_a_pool_on_one_machine_pays_each_messages_cpu_on_its_cores(tmp_path: Pat
     assert "charged its sharing twice" not in done.stderr  # (compute: microseconds)
     # A run whose compute is most of its rounds: its compute, timed on that machine,
     # would be shared on the cores again. Said.
-    done = _cli(
-        "simulate", "-n", "4", "-r", "12", "--data-opt", "rows=400", "--data-opt", "dim=20",
-        "--stragglers", "exponential", "--straggler-opt", "mean=0.01",
-        "--seconds-per-sample", "0.001", "--seconds-per-partition", "0",
-        "--no-progress", "-o", "busy.json", cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    done = _cli("tune", "busy.json", *tune[2:], *links, "--cores", "2", cwd=tmp_path)
+    busy = _star_run(tmp_path, "busy.json", "--seconds-per-sample", "0.001")
+    done = _cli(*busy, *links, "--cores", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "charged its sharing twice" in done.stderr, done.stderr
 
