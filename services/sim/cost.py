@@ -62,8 +62,8 @@ Rings and trees on one machine (:class:`~codedgd.services.sim.topologies.Cpu`): 
 process does its CPU work one task at a time: each end of every hop (a worker's
 ``peer_cpu_seconds_per_message + peer_cpu_seconds_per_byte · bytes``, measured by
 ``python -m bench.bench_host_cpu --peer``; the coordinator's as above) and a worker's
-compute. A task is slowed by the work of the other processes already under way beside
-it, shared on the C cores.
+compute. A task runs at up to one core on what the tasks placed before it leave of the
+C cores (a fluid: no instant holds more than C cores of work).
 """
 
 from __future__ import annotations

@@ -57,24 +57,30 @@ class Cpu:
     """The machine's cores in one round, when every process shares them (``cost.cores``).
 
     Each node is one process that does its CPU work (building or parsing a message,
-    computing its gradient) one task at a time: a task asked at r starts at the first
-    moment from r its process is idle long enough for it (the round asks for tasks out of
-    time order, so a process's earlier gaps are filled too). A task of w seconds of a
-    core starting at s is slowed by the other processes' tasks already placed that
-    overlap [s, s + w): with k of them busy there on average, on C cores it takes
-    w · max(1, (1 + k) / C). (A task placed later does not slow one placed before it, as
-    a first-come scheduler would run them.) Without ``cores`` every node has a machine of
-    its own and CPU work costs nothing here (a worker's compute is charged by the round
-    itself).
+    computing its gradient) one task at a time: a task asked at r is taken up at the
+    first moment from r its process is idle long enough for it (the round asks for tasks
+    out of time order, so a process's earlier gaps are filled too). The C cores are a
+    fluid: a task runs at up to one core, on what the tasks placed before it leave of the
+    C, so no instant holds more than C cores of work and no task waits while a core is
+    free for it (a task placed later gets what is left, as a first-come scheduler would
+    run them). On one core a round of tasks that never wait for each other takes the sum
+    of their work. Without ``cores`` every node has a machine of its own and CPU work
+    costs nothing here (a worker's compute is charged by the round itself).
     """
+
+    # Cores left below this are taken as none (a float sum that should be C).
+    _EPS = 1e-12
 
     def __init__(self, cost: CostModel) -> None:
         self.cost = cost
-        self._busy: dict[int, list[tuple[float, float]]] = {}  # each node's, by start
-        # Every task placed, by start (for the overlaps), and the longest one's length.
-        self._starts: list[float] = []
-        self._ends: list[float] = []
-        self._longest = 0.0
+        self.cores = float(cost.cores) if cost.cores is not None else math.inf
+        # Each node's tasks [start, end), by start (they never overlap).
+        self._starts: dict[int, list[float]] = {}
+        self._ends: dict[int, list[float]] = {}
+        # The cores in use: ``_used[i]`` on [``_at[i]``, ``_at[i + 1]``), the last to
+        # infinity; neighbours always differ (a stretch of full cores is one piece).
+        self._at: list[float] = [-math.inf]
+        self._used: list[float] = [0.0]
 
     @property
     def shared(self) -> bool:
@@ -97,37 +103,72 @@ class Cpu:
             return ready + seconds
         if not (seconds > 0 and math.isfinite(ready)):
             return ready  # (nothing to do, or never asked)
-        busy = self._busy.setdefault(node, [])
-        start, at = ready, 0
+        starts = self._starts.setdefault(node, [])
+        ends = self._ends.setdefault(node, [])
+        start = ready
         while True:  # the first gap of this process's from ``ready`` that holds the task
-            while at < len(busy) and busy[at][1] <= start:
-                at += 1
-            end = start + self._took(start, seconds)
-            if at == len(busy) or end <= busy[at][0]:
+            j = bisect.bisect_right(starts, start) - 1
+            if j >= 0 and ends[j] > start:
+                start = ends[j]  # busy then: from the end of that task
+                j += 1
+            else:
+                j += 1
+            limit = starts[j] if j < len(starts) else math.inf  # its next task
+            pieces = self._fit(start, seconds, limit)
+            if pieces is not None:
                 break
-            start = max(start, busy[at][1])
-        busy.insert(at, (start, end))
-        i = bisect.bisect_right(self._starts, start)
-        self._starts.insert(i, start)
-        self._ends.insert(i, end)
-        self._longest = max(self._longest, end - start)
+            start = ends[j]
+        end = pieces[-1][1]
+        for a, b, rate in pieces:
+            self._take(a, b, rate)
+        starts.insert(j, start)
+        ends.insert(j, end)
         return end
 
-    def _took(self, start: float, seconds: float) -> float:
-        """How long ``seconds`` of a core started at ``start`` take beside the tasks
-        placed before (this process's own never overlap it)."""
-        cores = float(self.cost.cores or 1.0)
-        # Only tasks started within the longest task's length before ``start`` can
-        # still be running then; none started after the task's own end overlaps it.
-        lo = bisect.bisect_left(self._starts, start - self._longest)
-        hi = bisect.bisect_left(self._starts, start + seconds)
-        if lo >= hi:
-            return seconds
-        starts = np.asarray(self._starts[lo:hi])
-        ends = np.asarray(self._ends[lo:hi])
-        overlap = np.minimum(ends, start + seconds) - np.maximum(starts, start)
-        others = float(np.clip(overlap, 0.0, None).sum()) / seconds
-        return seconds * max(1.0, (1.0 + others) / cores)
+    def _fit(
+        self, start: float, seconds: float, limit: float
+    ) -> list[tuple[float, float, float]] | None:
+        """The pieces (from, to, cores) over which ``seconds`` of a core, begun at
+        ``start``, get done on what the cores leave; None if not before ``limit``."""
+        at, used, cores = self._at, self._used, self.cores
+        i = bisect.bisect_right(at, start) - 1
+        t, left = start, seconds
+        pieces: list[tuple[float, float, float]] = []
+        while True:
+            if t >= limit:
+                return None
+            stop = at[i + 1] if i + 1 < len(at) else math.inf
+            free = min(1.0, cores - used[i])
+            if free > self._EPS:
+                to = min(stop, limit)
+                if free * (to - t) >= left:
+                    pieces.append((t, t + left / free, free))
+                    return pieces
+                pieces.append((t, to, free))
+                left -= free * (to - t)
+            t = stop
+            i += 1
+
+    def _take(self, a: float, b: float, rate: float) -> None:
+        """``rate`` cores in use over [a, b), which lies within one piece of the profile."""
+        at, used = self._at, self._used
+        i = bisect.bisect_right(at, a) - 1
+        level = used[i]
+        if at[i] < a:  # split at a
+            i += 1
+            at.insert(i, a)
+            used.insert(i, level)
+        stop = at[i + 1] if i + 1 < len(at) else math.inf
+        if b < stop:  # split at b
+            at.insert(i + 1, b)
+            used.insert(i + 1, level)
+        new = level + rate
+        used[i] = self.cores if new > self.cores - self._EPS else new
+        # Neighbours at the same level are one piece (full stretches stay one).
+        if i + 1 < len(at) and used[i + 1] == used[i]:
+            del at[i + 1], used[i + 1]
+        if i > 0 and used[i - 1] == used[i]:
+            del at[i], used[i]
 
 
 class Links:

@@ -310,6 +310,13 @@ def test_processes_on_too_few_cores_slow_each_other() -> None:
     assert one.run(1, 1.0, 0.0) == 2.0
     two = Cpu(_shared(2))
     assert [two.run(w, 1.0, 0.0) for w in range(2)] == [1.0, 1.0]
+    # 1.5 cores: the second process gets the half core left, then a whole one; the third
+    # the half left once the first is done, then a core. A process uses one core at most.
+    half = Cpu(_shared(1.5))
+    assert [half.run(w, 1.0, 0.0) for w in range(3)] == pytest.approx([1.0, 1.5, 2.25])
+    # A task placed later gets what is left: nothing before 1.5 s, the half core beside
+    # the third's until 2.25 s (0.375 s of work), then a core for the last 0.125 s.
+    assert half.run(3, 0.5, 0.0) == pytest.approx(2.375)
     # A hop on one machine: the sender builds the message, the receiver parses it.
     links = Links(_shared(8, peer=0.002))
     assert links.transfer(0, 1, 1000, 1.0) == pytest.approx(1.004)
@@ -346,3 +353,17 @@ def test_rings_and_trees_on_one_machine_pay_each_hops_cpu(
         for c in (64, 2, 1)
     ]
     assert seconds[0] < seconds[1] < seconds[2]
+
+
+@pytest.mark.parametrize("n", [3, 4, 6])
+@pytest.mark.parametrize("cores", [1.0, 2.0])
+def test_a_ring_on_too_few_cores_takes_all_of_its_cpu_work_over_the_cores(
+    n: int, cores: float
+) -> None:
+    """The cores are a shared fluid: no instant holds more than C cores of work, and no
+    core idles while a task is ready (each of a ring's steps gives every worker one)."""
+    # Each worker parses θ's segment, sends and receives 2(n - 1) segments, builds its
+    # upload: 4n(n - 1) + 2n ends of 1 ms (the coordinator's ends are free here).
+    work = (4 * n * (n - 1) + 2 * n) * 1e-3
+    result = simulate(_config(n, Component("ring-allreduce"), rounds=2), _shared(cores))
+    assert [r.round_seconds for r in result.records] == pytest.approx([work / cores] * 2)
