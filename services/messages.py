@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from codedgd.services.errors import WireError
+from codedgd.services.machine import Machine
 from codedgd.services.models.saved import SavedModel
 from codedgd.services.names import MAX_NAME_LENGTH, NAME_PATTERN
 from codedgd.services.proto import codedgd_pb2 as pb
@@ -92,7 +93,19 @@ def record_to_pb(record: RoundRecord, job_id: str) -> pb.RoundReport:
         left_out_seconds={int(w): float(s) for w, s in record.left_out_seconds.items()},
         holders={int(w): name for w, name in record.holders.items()},
         topology=record.topology,
+        machines={int(w): machine_to_pb(m) for w, m in record.machines.items()},
+        coordinator_machine=(
+            machine_to_pb(record.coordinator_machine) if record.coordinator_machine else None
+        ),
     )
+
+
+def machine_to_pb(machine: Machine) -> pb.Machine:
+    return pb.Machine(id=machine.id, cpus=machine.cpus)
+
+
+def machine_from_pb(m: pb.Machine) -> Machine:
+    return Machine(str(m.id), int(m.cpus))
 
 
 def record_from_pb(m: pb.RoundReport) -> RoundRecord:
@@ -127,6 +140,10 @@ def record_from_pb(m: pb.RoundReport) -> RoundRecord:
         left_out_seconds={int(w): float(s) for w, s in m.left_out_seconds.items()},
         holders={int(w): str(name) for w, name in m.holders.items()},
         topology=str(m.topology),
+        machines={int(w): machine_from_pb(x) for w, x in m.machines.items()},
+        coordinator_machine=(
+            machine_from_pb(m.coordinator_machine) if m.HasField("coordinator_machine") else None
+        ),
     )
 
 

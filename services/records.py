@@ -25,6 +25,7 @@ from typing import Any, overload
 
 from codedgd.services.errors import CodedGDError, ConfigError
 from codedgd.services.files import atomic_open
+from codedgd.services.machine import Machine
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,12 @@ class RoundRecord:
     # The plan's topology this round: "star", "ring" or "tree"; "" in files of versions
     # before 2026-12-01 (see :attr:`peered`).
     topology: str = ""
+    # Places with a new holder from this round on (as :attr:`holders`) → the machine that
+    # holder said it runs on, and the coordinator's own in the same rounds: which of the
+    # job's processes shared a machine's cores (:func:`~codedgd.services.machine.one_machine`).
+    # Empty (None) from the simulator and in files of versions before 2026-12-01.
+    machines: Mapping[int, Machine] = field(default_factory=dict)
+    coordinator_machine: Machine | None = None
 
     @property
     def peered(self) -> bool:
@@ -112,6 +119,10 @@ class RoundRecord:
         for key in _TEXT_MAPS:
             d[key] = {str(w): str(text) for w, text in getattr(self, key).items()}
         d["restarts"] = list(self.restarts)
+        d["machines"] = {str(w): _machine_dict(m) for w, m in self.machines.items()}
+        d["coordinator_machine"] = (
+            _machine_dict(self.coordinator_machine) if self.coordinator_machine else None
+        )
         for key in ("loss", "metric"):
             if isinstance(d[key], float) and math.isnan(d[key]):
                 d[key] = None
@@ -142,6 +153,14 @@ class RoundRecord:
             restarts = json.loads(restarts) if restarts.strip() else ()
         values["restarts"] = tuple(str(r) for r in restarts)
         values["attempts"] = int(values.get("attempts") or 1)
+        machines = values.get("machines") or {}
+        if isinstance(machines, str):
+            machines = json.loads(machines) if machines.strip() else {}
+        values["machines"] = {int(w): _machine(m) for w, m in dict(machines).items()}
+        coordinator = values.get("coordinator_machine")
+        if isinstance(coordinator, str):
+            coordinator = json.loads(coordinator) if coordinator.strip() else None
+        values["coordinator_machine"] = _machine(coordinator) if coordinator else None
         topology = values.get("topology")  # (anything else: unknown, read as older files)
         values["topology"] = topology if topology in ("star", "ring", "tree") else ""
         return RoundRecord(**{f.name: values[f.name] for f in fields(RoundRecord)})
@@ -160,6 +179,17 @@ _FLOATS = tuple(f.name for f in fields(RoundRecord) if f.type == "float")
 
 def _float(value: Any) -> float:
     return math.nan if value is None else float(value)
+
+
+def _machine_dict(machine: Machine) -> dict[str, Any]:
+    return {"id": machine.id, "cpus": machine.cpus}
+
+
+def _machine(value: Any) -> Machine:
+    """A machine as a file holds it: {"id": str, "cpus": int}."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"a machine is an object with id and cpus, got {value!r}")
+    return Machine(str(value.get("id", "")), int(value.get("cpus", 0)))
 
 
 def write_results(
@@ -206,7 +236,7 @@ def _write_csv(path: Path, records: Iterable[RoundRecord]) -> None:
         for r in records:
             row = r.to_dict()
             row["workers_used"] = " ".join(str(w) for w in r.workers_used)
-            for key in (*_TIMING_MAPS, *_TEXT_MAPS, "restarts"):
+            for key in (*_TIMING_MAPS, *_TEXT_MAPS, "restarts", "machines", "coordinator_machine"):
                 row[key] = json.dumps(row[key], separators=(",", ":")) if row[key] else ""
             writer.writerow(row)
 

@@ -9,6 +9,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
+from codedgd.services.errors import ConfigError
+from codedgd.services.machine import Machine
 from codedgd.services.messages import record_from_pb, record_to_pb
 from codedgd.services.records import RoundRecord, read_results, write_results
 
@@ -40,6 +44,8 @@ def _record() -> RoundRecord:
         left_out_seconds={2: 0.5},
         holders={1: "m1#12"},
         topology="tree",
+        machines={1: Machine("8f83af78dc4aea2b", 2)},
+        coordinator_machine=Machine("8f83af78dc4aea2b", 2),
     )
 
 
@@ -51,6 +57,8 @@ def test_excluded_attempts_and_restarts_survive_json_csv_and_the_wire(tmp_path: 
     assert (back.ready_seconds, back.left_out_seconds) == (r.ready_seconds, {2: 0.5})
     assert back.holders == {1: "m1#12"}
     assert back.topology == "tree" and back.peered
+    assert back.machines == {1: Machine("8f83af78dc4aea2b", 2)}
+    assert back.coordinator_machine == Machine("8f83af78dc4aea2b", 2)
     assert RoundRecord.from_dict(json.loads(json.dumps(r.to_dict()))) == r  # records.jsonl
     assert record_from_pb(record_to_pb(r, "j")) == r
     write_results(tmp_path / "r.csv", {}, [r], {})
@@ -58,6 +66,8 @@ def test_excluded_attempts_and_restarts_survive_json_csv_and_the_wire(tmp_path: 
         row = next(csv.DictReader(fh))
     assert RoundRecord.from_dict(row).excluded == r.excluded
     assert RoundRecord.from_dict(row).holders == r.holders
+    assert RoundRecord.from_dict(row).machines == r.machines
+    assert RoundRecord.from_dict(row).coordinator_machine == r.coordinator_machine
     assert RoundRecord.from_dict(row).topology == "tree"
     assert json.loads(row["restarts"]) == list(r.restarts)
 
@@ -66,10 +76,20 @@ def test_records_of_older_versions_read_with_nobody_excluded_and_one_attempt(
     tmp_path: Path,
 ) -> None:
     doc = _record().to_dict()
-    for key in ("excluded", "attempts", "restarts", "holders"):
+    for key in ("excluded", "attempts", "restarts", "holders", "machines", "coordinator_machine"):
         del doc[key]
     old = RoundRecord.from_dict(doc)
     assert (old.excluded, old.attempts, old.restarts, old.holders) == ({}, 1, (), {})
+    assert (old.machines, old.coordinator_machine) == ({}, None)
+
+
+def test_a_result_file_with_a_garbled_machine_is_refused_by_name(tmp_path: Path) -> None:
+    write_results(tmp_path / "r.json", {"job": {}}, [_record()], {})
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["rounds"][0]["machines"] = {"1": "8f83af78dc4aea2b"}  # not {id, cpus}
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="a machine is an object with id and cpus"):
+        read_results(tmp_path / "r.json")
 
 
 def test_a_round_says_whether_its_workers_sent_to_each_other() -> None:

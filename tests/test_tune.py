@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -1154,6 +1155,61 @@ def test_a_pool_on_one_machine_pays_each_messages_cpu_on_its_cores(tmp_path: Pat
     done = _cli(*busy, *links, "--cores", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "charged its sharing twice" in done.stderr, done.stderr
+
+
+def test_a_run_whose_processes_all_ran_on_one_machine_is_tuned_on_its_cores(
+    tmp_path: Path,
+) -> None:
+    """Each worker names its machine in its Hello and the coordinator records them with
+    its own: a run whose processes all said the same machine is tuned as --cores of its
+    count, with the links known (a note says so, and how to turn it off); a pool of
+    several machines, or one without the links, is told, not charged."""
+    tune = _star_run(tmp_path, "star.json")
+    doc = json.loads((tmp_path / "star.json").read_text())
+
+    def machines(*ids: str, coordinator: str = "aa") -> list[str]:
+        """The run's records, its four workers on machines ``ids`` and the coordinator on
+        ``coordinator``, written to a file of its own; tune's command on it."""
+        named = dict(doc)
+        first = dict(doc["rounds"][0])
+        first["machines"] = {str(w): {"id": m, "cpus": 2} for w, m in enumerate(ids)}
+        first["coordinator_machine"] = {"id": coordinator, "cpus": 2}
+        named["rounds"] = [first, *doc["rounds"][1:]]
+        path = tmp_path / f"{''.join(ids)}-{coordinator}.json"
+        path.write_text(json.dumps(named))
+        return [path.name if a == "star.json" else a for a in tune]
+
+    links = ["--link-latency", "0.001", "--link-bandwidth", "1e6", "--json"]
+
+    def tuned(*args: str) -> tuple[dict[str, Any], str]:
+        done = _cli(*args, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout), done.stderr
+
+    one = machines("aa", "aa", "aa", "aa")
+    out, said = tuned(*one, *links)
+    assert (out["cores"], out["cores_from"]) == (2.0, "run")
+    assert "ran on one machine (2 cores)" in said and "--cores none" in said
+    apart, _ = tuned(*one, *links, "--cores", "none")
+    assert (apart["cores"], apart["cores_from"]) == (None, None)
+    # On the shared cores each message costs CPU at both ends: slower rounds.
+    shared_round = out["candidates"][0]["mean_round_seconds"]
+    assert shared_round > apart["candidates"][0]["mean_round_seconds"]
+    stated, said = tuned(*one, *links, "--cores", "3")
+    assert (stated["cores"], stated["cores_from"]) == (3.0, "stated")
+    assert "ran on one machine" not in said
+    # Without the links there is nothing to charge the CPU beside: said, not charged.
+    done = _cli(*one, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "with the links known" in done.stderr and "(--cores 2)" in done.stderr
+    # Two machines: the model has one shared machine only; each process gets its own.
+    out, said = tuned(*machines("aa", "aa", "aa", "bb"), *links)
+    assert (out["cores"], out["cores_from"]) == (None, None)
+    assert "ran on 2 machines" in said and "some share a machine" in said
+    # A machine each, or the simulator's records (which name none): nothing to say.
+    for run in (machines("aa", "bb", "cc", "dd", coordinator="ee"), tune):
+        out, said = tuned(*run, *links)
+        assert out["cores"] is None and "machine" not in said
 
 
 def test_from_a_star_run_a_trees_hops_replace_the_stars_round_trip() -> None:

@@ -222,14 +222,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     link.add_argument(
         "--cores",
-        type=cores_option,
+        type=_cores,
         metavar="CORES",
         help="the pool's processes (the coordinator and every worker) share ONE machine of "
         "this many cores ('local': this one's), as `codedgd run` or a bench of network "
         "namespaces runs them: every candidate that pays the links pays each message's CPU "
         "at both ends too, on those cores (the simulator's --cores model; a ring's or "
-        "tree's hops: bench/bench_host_cpu.py --peer). Stated, not measured. Default: a "
-        "machine per process, as in a cluster",
+        "tree's hops: bench/bench_host_cpu.py --peer). 'none': a machine per process. "
+        "Default: as the run's records say (each worker names its machine, since "
+        "2026-12-01): one machine's cores when the coordinator and every worker ran on "
+        "the same one and the links are known, else a machine per process",
     )
     p.add_argument(
         "--lr",
@@ -327,7 +329,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         math.isfinite(args.link_burst) and args.link_burst >= 0
     ):
         raise ConfigError(f"--link-burst must be a number of bytes >= 0, got {args.link_burst}")
-    if args.cores is not None and not (args.link_latency is not None or args.probe_links):
+    if args.cores not in (None, "none") and not (args.link_latency is not None or args.probe_links):
         raise ConfigError(
             "--cores charges each message's CPU where the candidates pay the links: give "
             "--link-latency and --link-bandwidth too, or --probe-links"
@@ -392,6 +394,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise ConfigError(f"{args.results} holds no job this version can read: {exc}") from None
     n = source.workers
+    cores_from = _pool_cores(args, records, n, link)
     # What a written job is made from: the job itself. A probe's result file holds the
     # probe (uncoded, --probe-rounds rounds, no target); the user's job is JOB.toml.
     job = JobConfig.from_toml(args.probe) if args.probe is not None else source
@@ -622,8 +625,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "timings": "own" if own_times else "arrivals",
             # how the coordinator's NIC shared its messages (--coordinator-sharing)
             "coordinator_sharing": args.coordinator_sharing,
-            # the one machine's cores the pool shared (--cores; null: a machine each)
+            # the one machine's cores the pool shared (null: a machine each), and who
+            # said so: "stated" (--cores), "run" (the run's records: every process on one
+            # machine), null (--cores none, or the records name no one machine)
             "cores": args.cores,
+            "cores_from": cores_from,
             # the links topology candidates paid: measured (--probe-links), or stated
             # (null bandwidths: unlimited)
             "link": (
@@ -963,6 +969,56 @@ async def _on_pool(
             records = [record async for record in client.watch(job_id)]
             out.append((records, {**config.to_dict(), "job_id": job_id}))
     return out
+
+
+def _cores(text: str) -> float | str:
+    """--cores: a number, 'local', or 'none' (a machine per process)."""
+    return "none" if text == "none" else cores_option(text)
+
+
+def _pool_cores(
+    args: argparse.Namespace, records: Sequence[RoundRecord], n: int, link: Link | None
+) -> str | None:
+    """Settle ``args.cores`` (a number of cores, or None: a machine per process) from
+    --cores or, unstated, the machines the run's records name; who said so (JSON's
+    ``cores_from``)."""
+    from codedgd.services.tuning.pool import pool_of
+
+    if args.cores == "none":
+        args.cores = None
+        return None
+    if args.cores is not None:
+        return "stated"
+    pool = pool_of(records, n)
+    one = pool.one
+    if one is None:
+        if pool.known and pool.machines < n + 1:
+            print(
+                f"codedgd tune: note: {pool.describe()} ({args.results}'s records): some "
+                "share a machine's cores, which tune models only for a pool on one machine "
+                "(--cores); each process is taken to have a machine of its own",
+                file=sys.stderr,
+            )
+        return None
+    if not one.cpus:
+        return None
+    if link is None:
+        print(
+            f"codedgd tune: note: {pool.describe()} ({args.results}'s records), so their "
+            "messages cost CPU on the shared cores; with the links known (--probe-links, or "
+            "--link-latency and --link-bandwidth) tune charges every candidate that "
+            f"(--cores {one.cpus})",
+            file=sys.stderr,
+        )
+        return None
+    args.cores = float(one.cpus)
+    print(
+        f"codedgd tune: note: {pool.describe()} ({args.results}'s records): every "
+        f"candidate pays each message's CPU at both ends on those cores (as --cores "
+        f"{one.cpus}; --cores none takes a machine per process)",
+        file=sys.stderr,
+    )
+    return "run"
 
 
 def _note_shared_compute(

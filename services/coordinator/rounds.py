@@ -46,6 +46,7 @@ from codedgd.services.job import JobConfig
 from codedgd.services.job.descent import Descent
 from codedgd.services.job.failures import infeasible_message, no_replacement_message
 from codedgd.services.job.prepare import Prepared
+from codedgd.services.machine import Machine, this_machine
 from codedgd.services.policies.base import Estimate, Plan, Policy
 from codedgd.services.records import RoundRecord, move_note
 
@@ -195,6 +196,7 @@ class RoundLoop:
                     loss, metric = await evaluation
                 self.metrics.loss.set(loss)
                 self.metrics.metric.labels(model.metric_name).set(metric)
+            holders, machines = self._new_holders()
             record = RoundRecord(
                 round=t,
                 wall_seconds=wall,
@@ -223,8 +225,10 @@ class RoundLoop:
                 cancelled_seconds=out.cancels,
                 ready_seconds=out.ready,
                 left_out_seconds=out.left_out,
-                holders=self._new_holders(),
+                holders=holders,
                 topology=self.plane.name,
+                machines=machines,
+                coordinator_machine=this_machine() if machines else None,
             )
             policy.observe(record)
             round_hist.observe(round_s)
@@ -241,14 +245,20 @@ class RoundLoop:
                 break
         descent.finish()
 
-    def _new_holders(self) -> dict[int, str]:
+    def _new_holders(self) -> tuple[dict[int, str], dict[int, Machine]]:
         """The places whose holder's name changed since the last record (every place in
-        this loop's first): which machine answered for which place, in the records."""
+        this loop's first), and the machines those holders said they run on: which
+        process answered for which place, and where, in the records."""
         changed = {
             w: s.name for w, s in enumerate(self.places.holders) if self._named.get(w) != s.name
         }
         self._named.update(changed)
-        return changed
+        machines = {
+            w: self.places.holders[w].machine
+            for w in changed
+            if self.places.holders[w].machine.known
+        }
+        return changed, machines
 
     def _deliberate(self, t: int, point: np.ndarray, policy: Policy) -> None:
         """Before round t: settle the policy's deliberation if it has finished, and start

@@ -29,9 +29,11 @@ from codedgd.services.framing import Frame
 from codedgd.services.job import JobConfig
 from codedgd.services.job.prepare import check_guard
 from codedgd.services.job.trained import trained_model
+from codedgd.services.machine import check_machine
 from codedgd.services.messages import (
     check_peer_address,
     check_worker_name,
+    machine_from_pb,
     model_messages,
     printable,
     record_to_pb,
@@ -281,13 +283,22 @@ class CoordinatorService:
             yield reject("coordinator is shutting down", retry=True)
             return
         hello = first.hello
-        refused = check_worker_name(hello.name) or check_peer_address(hello.peer_address)
+        machine = machine_from_pb(hello.machine)
+        refused = (
+            check_worker_name(hello.name)
+            or check_peer_address(hello.peer_address)
+            or check_machine(machine)
+        )
         if refused is not None:
             log.warning("refusing a worker from %s: %s", context.peer(), refused)
             yield reject(refused, retry=False)
             return
         session = self.sessions.new(
-            hello.name or context.peer(), context.peer(), hello.has_data_dir, hello.peer_address
+            hello.name or context.peer(),
+            context.peer(),
+            hello.has_data_dir,
+            hello.peer_address,
+            machine,
         )
         log.info(
             "worker %s connected from %s (%d connected)",

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from codedgd.services.machine import Machine
 from codedgd.services.proto import codedgd_pb2 as pb
 
 Outgoing = pb.CoordinatorMessage | bytes
@@ -31,6 +32,7 @@ class WorkerSession:
     peer: str
     has_data_dir: bool
     peer_address: str = ""  # where its Peer service listens ("": it serves none)
+    machine: Machine = field(default_factory=Machine)  # as its Hello said (unknown: "")
     outbox: asyncio.Queue[Outgoing | None] = field(default_factory=asyncio.Queue)
     connected_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
@@ -67,7 +69,12 @@ class Sessions:
         self._on_change = on_change
 
     def new(
-        self, name: str, peer: str, has_data_dir: bool, peer_address: str = ""
+        self,
+        name: str,
+        peer: str,
+        has_data_dir: bool,
+        peer_address: str = "",
+        machine: Machine | None = None,
     ) -> WorkerSession:
         """Register a worker; a name already connected gets its session id appended."""
         session_id = next(self._ids)
@@ -79,7 +86,7 @@ class Sessions:
                 f"{name}#{session_id}",
             )
             name = f"{name}#{session_id}"
-        s = WorkerSession(session_id, name, peer, has_data_dir, peer_address)
+        s = WorkerSession(session_id, name, peer, has_data_dir, peer_address, machine or Machine())
         self._sessions[s.id] = s
         self._notify()
         return s

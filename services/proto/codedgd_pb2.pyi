@@ -26,16 +26,26 @@ class TensorChunk(_message.Message):
     def __init__(self, key: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., pad: _Optional[bytes] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("name", "protocol", "has_data_dir", "peer_address")
+    __slots__ = ("name", "protocol", "has_data_dir", "peer_address", "machine")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     HAS_DATA_DIR_FIELD_NUMBER: _ClassVar[int]
     PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
     name: str
     protocol: str
     has_data_dir: bool
     peer_address: str
-    def __init__(self, name: _Optional[str] = ..., protocol: _Optional[str] = ..., has_data_dir: _Optional[bool] = ..., peer_address: _Optional[str] = ...) -> None: ...
+    machine: Machine
+    def __init__(self, name: _Optional[str] = ..., protocol: _Optional[str] = ..., has_data_dir: _Optional[bool] = ..., peer_address: _Optional[str] = ..., machine: _Optional[_Union[Machine, _Mapping]] = ...) -> None: ...
+
+class Machine(_message.Message):
+    __slots__ = ("id", "cpus")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cpus: int
+    def __init__(self, id: _Optional[str] = ..., cpus: _Optional[int] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("worker_name", "coordinator_version", "heartbeat_seconds")
@@ -348,7 +358,7 @@ class JobRef(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class RoundReport(_message.Message):
-    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note", "excluded", "attempts", "restarts", "cancelled_seconds", "ready_seconds", "left_out_seconds", "holders", "topology")
+    __slots__ = ("job_id", "round", "wall_seconds", "round_seconds", "loss", "metric", "metric_name", "workers_used", "bytes_up", "bytes_down", "compute_seconds_max", "wait_seconds", "decode_seconds", "exact", "late_dropped", "cancelled", "uploads", "computations", "decode_residual", "response_seconds", "worker_compute_seconds", "note", "excluded", "attempts", "restarts", "cancelled_seconds", "ready_seconds", "left_out_seconds", "holders", "topology", "machines", "coordinator_machine")
     class ResponseSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -398,6 +408,13 @@ class RoundReport(_message.Message):
         key: int
         value: str
         def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    class MachinesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: Machine
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[Machine, _Mapping]] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -428,6 +445,8 @@ class RoundReport(_message.Message):
     LEFT_OUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    MACHINES_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_MACHINE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     round: int
     wall_seconds: float
@@ -458,7 +477,9 @@ class RoundReport(_message.Message):
     left_out_seconds: _containers.ScalarMap[int, float]
     holders: _containers.ScalarMap[int, str]
     topology: str
-    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ..., excluded: _Optional[_Mapping[int, str]] = ..., attempts: _Optional[int] = ..., restarts: _Optional[_Iterable[str]] = ..., cancelled_seconds: _Optional[_Mapping[int, float]] = ..., ready_seconds: _Optional[_Mapping[int, float]] = ..., left_out_seconds: _Optional[_Mapping[int, float]] = ..., holders: _Optional[_Mapping[int, str]] = ..., topology: _Optional[str] = ...) -> None: ...
+    machines: _containers.MessageMap[int, Machine]
+    coordinator_machine: Machine
+    def __init__(self, job_id: _Optional[str] = ..., round: _Optional[int] = ..., wall_seconds: _Optional[float] = ..., round_seconds: _Optional[float] = ..., loss: _Optional[float] = ..., metric: _Optional[float] = ..., metric_name: _Optional[str] = ..., workers_used: _Optional[_Iterable[int]] = ..., bytes_up: _Optional[int] = ..., bytes_down: _Optional[int] = ..., compute_seconds_max: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., decode_seconds: _Optional[float] = ..., exact: _Optional[bool] = ..., late_dropped: _Optional[int] = ..., cancelled: _Optional[int] = ..., uploads: _Optional[int] = ..., computations: _Optional[int] = ..., decode_residual: _Optional[float] = ..., response_seconds: _Optional[_Mapping[int, float]] = ..., worker_compute_seconds: _Optional[_Mapping[int, float]] = ..., note: _Optional[str] = ..., excluded: _Optional[_Mapping[int, str]] = ..., attempts: _Optional[int] = ..., restarts: _Optional[_Iterable[str]] = ..., cancelled_seconds: _Optional[_Mapping[int, float]] = ..., ready_seconds: _Optional[_Mapping[int, float]] = ..., left_out_seconds: _Optional[_Mapping[int, float]] = ..., holders: _Optional[_Mapping[int, str]] = ..., topology: _Optional[str] = ..., machines: _Optional[_Mapping[int, Machine]] = ..., coordinator_machine: _Optional[_Union[Machine, _Mapping]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "state", "round", "rounds", "error", "loss", "metric", "metric_name", "detail", "workers_missing", "workers_needed", "uploads", "computations")

@@ -33,7 +33,8 @@ import grpc
 
 from codedgd.services.errors import CodedGDError, ConfigError, WireError
 from codedgd.services.framing import frame_reader, to_wire
-from codedgd.services.messages import check_peer_address, check_worker_name
+from codedgd.services.machine import this_machine
+from codedgd.services.messages import check_peer_address, check_worker_name, machine_to_pb
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.security import Security
 from codedgd.services.wire import (
@@ -294,6 +295,7 @@ class WorkerAgent:
                     protocol=PROTOCOL,
                     has_data_dir=self.options.data_dir is not None,
                     peer_address=self.advertised,
+                    machine=machine_to_pb(this_machine()),
                 )
             )
         )

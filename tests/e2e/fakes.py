@@ -25,8 +25,10 @@ class FakeWorker:
         metadata: tuple[tuple[str, str], ...] = (),
         acks: bool = True,
         peer_address: str = "",
+        machine: pb.Machine | None = None,
     ) -> None:
         self.port = port
+        self.machine = machine
         self.acks = acks  # False: take assignments but never acknowledge them
         self.behaviour = behaviour
         self.name = name
@@ -49,7 +51,12 @@ class FakeWorker:
             await asyncio.gather(self.task, return_exceptions=True)
 
     async def _requests(self) -> AsyncIterator[pb.WorkerMessage | bytes]:
-        hello = pb.Hello(name=self.name, protocol="codedgd.v1", peer_address=self.peer_address)
+        hello = pb.Hello(
+            name=self.name,
+            protocol="codedgd.v1",
+            peer_address=self.peer_address,
+            machine=self.machine,
+        )
         yield pb.WorkerMessage(hello=hello)
         while True:
             m = await self.out.get()

@@ -253,11 +253,14 @@ async def test_a_worker_sending_nan_is_replaced_and_the_job_stays_exact(
 
 
 @pytest.mark.parametrize(
-    ("name", "peer_address", "needle"),
+    ("name", "peer_address", "machine", "needle"),
     [
-        ("w1\n2026-11-25 INFO codedgd.coordinator: forged", "", "characters other than"),
-        ("x" * 100_000, "", "100000 characters long"),
-        ("w1", "10.0.0.1:1\nforged", "is not HOST:PORT"),
+        ("w1\n2026-11-25 INFO codedgd.coordinator: forged", "", None, "characters other than"),
+        ("x" * 100_000, "", None, "100000 characters long"),
+        ("w1", "10.0.0.1:1\nforged", None, "is not HOST:PORT"),
+        ("w1", "", pb.Machine(id="m\nforged"), "machine id 'm\\nforged' is not"),
+        ("w1", "", pb.Machine(id="m" * 100_000), "is not at most 64 letters"),
+        ("w1", "", pb.Machine(id="m1", cpus=2**31), "is not a count of cores"),
     ],
 )
 async def test_a_worker_whose_hello_would_forge_a_log_line_is_refused(
@@ -265,11 +268,19 @@ async def test_a_worker_whose_hello_would_forge_a_log_line_is_refused(
     caplog: pytest.LogCaptureFixture,
     name: str,
     peer_address: str,
+    machine: pb.Machine | None,
     needle: str,
 ) -> None:
-    """A name with a newline (a forged log line), a 100 KB name, or a peer address that
-    is not HOST:PORT: the worker is refused with the reason, and no log line carries it."""
-    fake = FakeWorker(coordinator.port, lambda *_: [], name=name, peer_address=peer_address)
+    """A name with a newline (a forged log line), a 100 KB name, a peer address that is
+    not HOST:PORT, or a machine that is no machine's: the worker is refused with the
+    reason, and no log line carries it."""
+    fake = FakeWorker(
+        coordinator.port,
+        lambda *_: [],
+        name=name,
+        peer_address=peer_address,
+        machine=machine,
+    )
     fake.start()
     try:
         await wait_for(lambda: fake.rejected is not None)

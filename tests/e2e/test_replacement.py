@@ -12,6 +12,7 @@ import pytest
 from codedgd.services.coordinator.job_run import JobRun
 from codedgd.services.coordinator.server import CoordinatorServer
 from codedgd.services.job import Component, JobConfig
+from codedgd.services.machine import this_machine
 from codedgd.services.proto import codedgd_pb2 as pb
 from codedgd.services.stragglers import create_straggler_model
 from tests.conftest import WorkerProcesses
@@ -442,3 +443,12 @@ async def test_a_newcomer_in_an_auto_job_is_not_taken_for_the_machine_the_prior_
     named = [(r.round, dict(r.holders)) for r in job.records if r.holders]
     assert len(named) == 2 and named[0][0] == 0 and set(named[0][1]) == {0, 1, 2}
     assert named[1][1] == {1: "newcomer0"} and named[1][0] >= 3  # (killed after round 2)
+    # And on which machine: each holder's Hello said this one, beside the coordinator's.
+    here = this_machine()
+    assert here.known and here.cpus >= 1
+    placed = [(r.round, dict(r.machines), r.coordinator_machine) for r in job.records if r.machines]
+    assert placed == [
+        (named[0][0], {0: here, 1: here, 2: here}, here),
+        (named[1][0], {1: here}, here),
+    ]
+    assert all(r.coordinator_machine is None for r in job.records if not r.machines)

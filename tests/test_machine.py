@@ -1,0 +1,97 @@
+"""Which machine a process runs on, and which of a run's processes shared one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from codedgd.services import machine as machine_module
+from codedgd.services.machine import Machine, check_machine, one_machine, this_machine
+from codedgd.services.records import RoundRecord
+from codedgd.services.tuning.pool import pool_of
+
+
+def test_this_machine_is_named_by_a_digest_of_its_running_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here = this_machine()
+    assert re.fullmatch(r"[0-9a-f]{16}", here.id) and here.cpus >= 1
+    assert check_machine(here) is None
+    # Another boot (or host) is another machine; the boot id itself never leaves it.
+    boot = tmp_path / "boot_id"
+    boot.write_text("0f1e2d3c-aaaa-bbbb-cccc-000000000001\n")
+    monkeypatch.setattr(machine_module, "BOOT_ID", boot)
+    this_machine.cache_clear()
+    try:
+        other = this_machine()
+        assert other.id != here.id and "0f1e2d3c" not in other.id
+        boot.write_text("0f1e2d3c-aaaa-bbbb-cccc-000000000001\n")
+        this_machine.cache_clear()
+        assert this_machine() == other  # the same boot: the same machine
+    finally:
+        this_machine.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("machine", "why"),
+    [
+        (Machine("a b"), "is not at most 64 letters"),
+        (Machine("x" * 65), "is not at most 64 letters"),
+        (Machine("ok", -1), "is not a count of cores"),
+        (Machine("ok", 2**21), "is not a count of cores"),
+    ],
+)
+def test_a_machine_no_codedgd_process_would_send_is_refused(machine: Machine, why: str) -> None:
+    assert why in (check_machine(machine) or "")
+
+
+def test_one_machine_only_when_every_process_said_the_same() -> None:
+    a, b = Machine("aa", 2), Machine("bb", 2)
+    assert one_machine(a, [a, Machine("aa", 4)]) == Machine("aa", 4)  # its most cores
+    assert one_machine(a, [a, b]) is None
+    assert one_machine(None, [a, a]) is None  # the coordinator's not known
+    assert one_machine(a, [a, Machine()]) is None  # a worker that said nothing
+
+
+def _record(t: int, holders: dict[int, str], machines: dict[int, Machine]) -> RoundRecord:
+    return RoundRecord(
+        round=t,
+        wall_seconds=float(t),
+        round_seconds=1.0,
+        wait_seconds=1.0,
+        decode_seconds=0.0,
+        compute_seconds_max=0.0,
+        loss=1.0,
+        metric=float("nan"),
+        metric_name="",
+        workers_used=(),
+        exact=True,
+        decode_residual=0.0,
+        bytes_up=0,
+        bytes_down=0,
+        uploads=0,
+        computations=0,
+        cancelled=0,
+        late_dropped=0,
+        holders=holders,
+        machines=machines,
+        coordinator_machine=Machine("aa", 2) if machines else None,
+    )
+
+
+def test_a_runs_pool_is_its_places_latest_holders_machines() -> None:
+    a, b = Machine("aa", 2), Machine("bb", 8)
+    first = _record(0, {0: "w0", 1: "w1"}, {0: a, 1: a})
+    pool = pool_of([first, _record(1, {}, {})], 2)
+    assert pool.one == a and pool.machines == 1
+    assert "ran on one machine (2 cores)" in pool.describe()
+    # A newcomer on another machine took place 1: two machines now.
+    pool = pool_of([first, _record(5, {1: "new"}, {1: b})], 2)
+    assert pool.one is None and pool.known and pool.machines == 2
+    # A newcomer that named no machine: not known where place 1 ran.
+    pool = pool_of([first, _record(5, {1: "old-worker"}, {})], 2)
+    assert pool.one is None and not pool.known
+    # The simulator's records (and older files) name none.
+    assert not pool_of([_record(0, {}, {})], 2).known
