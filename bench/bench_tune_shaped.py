@@ -6,13 +6,15 @@ like the workers'), codedgd's own processes, and a job whose θ is ``--dim`` val
 star's twelve copies of θ and twelve gradients a round queue on the coordinator's NIC.
 
 ``codedgd tune --probe JOB.toml --probe-links`` runs in the coordinator's namespace as a
-user runs it (a probe job of uncoded, then the three link probes, which measure tbf's
-burst since 2026-12-01). Then tune reads the same probe again (the links refitted from
-its link probes): told tbf's burst (``--link-burst``: every NIC a token bucket); told
-the burst and that every process shares this machine's cores (``--cores local``: each
-message's CPU charged at both ends, a ring's and a tree's hops too); and as it read it
-before 2026-12-01 (by its arrivals, θ's queue taken out as side by side, links of two
-sizes and no burst: ``--star-times arrivals``). (Before 2026-11-30 tune took the
+user runs it: a probe job of uncoded, then the three link probes, which measure tbf's
+burst (since 2026-12-01); every process here runs on this one machine, which their
+records name, so it charges each message's CPU at both ends on its cores (since
+2026-12-01, later). Then tune reads the same probe again (the links refitted from its
+link probes): as if each process had a machine of its own (``--cores none``, the
+default before the records named machines); told tbf's burst and the cores
+(``--link-burst``, ``--cores local``); and as it read it before 2026-12-01 (by its
+arrivals, θ's queue taken out as side by side, links of two sizes and no burst, a
+machine each: ``--star-times arrivals --cores none``). (Before 2026-11-30 tune took the
 coordinator as unlimited: ``--star-times arrivals --coordinator-bandwidth inf``.) Then
 tune's top candidates of each, uncoded, ring-allreduce and the tree run for real on the
 same processes to the same target (the uncoded simulation's loss at round
@@ -56,10 +58,10 @@ from codedgd.services.job import Component, JobConfig
 # tc's "256kb" (kibibytes): the burst bench_shaped gives every tbf qdisc.
 BURST = 256 * 1024
 MODELS = {
-    "own times, burst measured (default)": [],
-    "own times, burst stated": ["--link-burst", str(BURST)],
+    "own times, burst measured, the run's machine (default)": [],
+    "own times, burst measured, a machine each": ["--cores", "none"],
     "own times, burst and cores stated": ["--link-burst", str(BURST), "--cores", "local"],
-    "arrivals, fair (before)": ["--star-times", "arrivals"],
+    "arrivals, fair (before)": ["--star-times", "arrivals", "--cores", "none"],
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import platform
 import re
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+CGROUP = Path("/sys/fs/cgroup")
 # What a machine's id may hold, as the .proto says (Machine.id).
 _ID = re.compile(r"[A-Za-z0-9._:-]{0,64}")
 # More cores than any machine has: a count beyond it is not believed.
@@ -34,7 +36,8 @@ MAX_CPUS = 1 << 20
 @dataclass(frozen=True)
 class Machine:
     """The machine a process runs on: ``id`` names it (the same for every process on it;
-    "" unknown), ``cpus`` the cores the process may run on (0 unknown)."""
+    "" unknown), ``cpus`` the cores the process may run on (0 unknown): its CPU affinity,
+    or fewer where a cgroup's quota allows fewer (a container's ``--cpus``)."""
 
     id: str = ""
     cpus: int = 0
@@ -62,7 +65,29 @@ def this_machine() -> Machine:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # (not on Linux)
         cpus = os.cpu_count() or 0
+    quota = _cgroup_cpus()
+    if quota is not None and cpus:
+        cpus = min(cpus, quota)
     return Machine(digest, min(cpus, MAX_CPUS))
+
+
+def _cgroup_cpus() -> int | None:
+    """The cores a cgroup's CPU quota allows this process (a container's ``--cpus``),
+    rounded up; None without a quota."""
+    for quota_file, period_file in (
+        (CGROUP / "cpu.max", None),  # v2: "QUOTA PERIOD" or "max PERIOD"
+        (CGROUP / "cpu" / "cpu.cfs_quota_us", CGROUP / "cpu" / "cpu.cfs_period_us"),  # v1
+    ):
+        try:
+            words = quota_file.read_text(encoding="ascii").split()
+            if period_file is not None:
+                words += period_file.read_text(encoding="ascii").split()
+            quota, period = float(words[0]), float(words[1])
+        except (OSError, UnicodeDecodeError, ValueError, IndexError):
+            continue  # (no such file, "max": no quota)
+        if quota > 0 and period > 0:
+            return max(1, math.ceil(quota / period))
+    return None
 
 
 def check_machine(machine: Machine) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -95,3 +96,29 @@ def test_a_runs_pool_is_its_places_latest_holders_machines() -> None:
     assert pool.one is None and not pool.known
     # The simulator's records (and older files) name none.
     assert not pool_of([_record(0, {}, {})], 2).known
+
+
+@pytest.mark.parametrize(
+    ("files", "cpus"),
+    [
+        ({"cpu.max": "150000 100000\n"}, 2),  # a container's --cpus 1.5: two cores' time
+        ({"cpu.max": "max 100000\n"}, None),  # no quota
+        ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_a_containers_cpu_quota_bounds_its_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str], cpus: int | None
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(machine_module, "CGROUP", tmp_path)
+    assert machine_module._cgroup_cpus() == cpus
+    this_machine.cache_clear()
+    try:
+        here = this_machine()
+        assert here.cpus == min(len(os.sched_getaffinity(0)), cpus or 10**9)
+    finally:
+        this_machine.cache_clear()

@@ -91,16 +91,24 @@ def check_env(errors: Mapping[str, ConfigError], command: str) -> None:
 # ---------------------------------------------------------------- job options
 
 
-def cores_option(text: str) -> float:
-    """--cores: a positive number of cores, or 'local' for this machine's."""
+def cores_option(text: str, also: str = "") -> float:
+    """--cores: a positive number of cores, or 'local' for the cores this process may run
+    on (as a worker counts its machine's: its CPU affinity and cgroup quota). ``also``
+    names the other words the option takes, for the error."""
+    from codedgd.services.machine import this_machine
+    from codedgd.services.sim.cost import MIN_CORES
+
     if text == "local":
-        return float(os.cpu_count() or 1)
+        return float(this_machine().cpus or 1)
+    words = f", 'local' or {also}" if also else " or 'local'"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores or 'local'") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"cores must be a finite number > 0, got {text}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores{words}") from None
+    if not (value >= MIN_CORES and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(
+            f"cores must be a finite number >= {MIN_CORES:g}{words}; got {text}"
+        )
     return value
 
 

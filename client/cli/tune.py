@@ -973,7 +973,7 @@ async def _on_pool(
 
 def _cores(text: str) -> float | str:
     """--cores: a number, 'local', or 'none' (a machine per process)."""
-    return "none" if text == "none" else cores_option(text)
+    return "none" if text == "none" else cores_option(text, also="'none'")
 
 
 def _pool_cores(
@@ -1006,8 +1006,8 @@ def _pool_cores(
         print(
             f"codedgd tune: note: {pool.describe()} ({args.results}'s records), so their "
             "messages cost CPU on the shared cores; with the links known (--probe-links, or "
-            "--link-latency and --link-bandwidth) tune charges every candidate that "
-            f"(--cores {one.cpus})",
+            "--link-latency and --link-bandwidth) tune charges every candidate that CPU "
+            f"(as --cores {one.cpus})",
             file=sys.stderr,
         )
         return None
@@ -1037,7 +1037,7 @@ def _note_shared_compute(
         f"cores, and {results}'s workers timed theirs (a median of {compute:.3g} s, against "
         f"a median round of {typical:.3g} s) on that machine, shared "
         "already: the compute is charged its sharing twice. --cores is for pools whose "
-        "compute is small beside their messages' CPU; leave it out otherwise",
+        "compute is small beside their messages' CPU; otherwise --cores none",
         file=sys.stderr,
     )
 

@@ -121,7 +121,8 @@ class RoundLoop:
         # A policy's deliberation (auto's look-ahead), running in a thread while rounds go on.
         self._deliberating: asyncio.Future[object] | None = None
         self._deliberation_timing = (0, 0.0, 0.0)  # (round begun before, seconds, CPU)
-        self._named: dict[int, str] = {}  # each place's holder, as last recorded
+        # Each place's holder and its machine, as last recorded.
+        self._named: dict[int, tuple[str, Machine]] = {}
 
     async def run(
         self,
@@ -246,19 +247,16 @@ class RoundLoop:
         descent.finish()
 
     def _new_holders(self) -> tuple[dict[int, str], dict[int, Machine]]:
-        """The places whose holder's name changed since the last record (every place in
-        this loop's first), and the machines those holders said they run on: which
+        """The places whose holder's name or machine changed since the last record (every
+        place in this loop's first), and the machines those holders said they run on: which
         process answered for which place, and where, in the records."""
-        changed = {
-            w: s.name for w, s in enumerate(self.places.holders) if self._named.get(w) != s.name
-        }
+        now = {w: (s.name, s.machine) for w, s in enumerate(self.places.holders)}
+        changed = {w: held for w, held in now.items() if self._named.get(w) != held}
         self._named.update(changed)
-        machines = {
-            w: self.places.holders[w].machine
-            for w in changed
-            if self.places.holders[w].machine.known
-        }
-        return changed, machines
+        # (A holder back under its name from another machine is listed again.)
+        names = {w: name for w, (name, _) in changed.items()}
+        machines = {w: machine for w, (_, machine) in changed.items() if machine.known}
+        return names, machines
 
     def _deliberate(self, t: int, point: np.ndarray, policy: Policy) -> None:
         """Before round t: settle the policy's deliberation if it has finished, and start

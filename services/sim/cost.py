@@ -83,6 +83,8 @@ from codedgd.services.models.base import Model
 COMPUTE_MODES = ("model", "measured", "none")
 SHARING = ("fifo", "fair")
 COORDINATOR = -1  # the coordinator's node (workers are 0 … n - 1)
+# Fewer cores than this are not a machine (and the fluid of topologies.Cpu needs some).
+MIN_CORES = 0.01
 
 
 @dataclass(frozen=True)
@@ -151,10 +153,10 @@ class CostModel:
             _nonnegative(key, getattr(self, key))
         if self.cores is not None:
             _positive("cores", self.cores)
-            if math.isinf(self.cores):
+            if math.isinf(self.cores) or self.cores < MIN_CORES:
                 raise ConfigError(
-                    "cost model: cores must be a finite number of cores (leave it unset "
-                    "for a machine per worker)"
+                    f"cost model: cores must be a finite number of cores, at least "
+                    f"{MIN_CORES:g}, got {self.cores:g} (leave it unset for a machine per worker)"
                 )
         _nonnegative("round_overhead_seconds", self.round_overhead_seconds)
         _positive("bandwidth_bytes_per_second", self.bandwidth_bytes_per_second)

@@ -61,11 +61,13 @@ class Cpu:
     first moment from r its process is idle long enough for it (the round asks for tasks
     out of time order, so a process's earlier gaps are filled too). The C cores are a
     fluid: a task runs at up to one core, on what the tasks placed before it leave of the
-    C, so no instant holds more than C cores of work and no task waits while a core is
-    free for it (a task placed later gets what is left, as a first-come scheduler would
-    run them). On one core a round of tasks that never wait for each other takes the sum
-    of their work. Without ``cores`` every node has a machine of its own and CPU work
-    costs nothing here (a worker's compute is charged by the round itself).
+    C, so no instant holds more than C cores of work, and a task that has its process
+    waits only while the cores are full (a task placed later gets what is left, as a
+    first-come scheduler would run them; one that does not fit in its process's gap
+    goes after that process's next task). On one core a round of tasks that never wait
+    for each other takes the sum of their work. Without ``cores`` every node has a
+    machine of its own and CPU work costs nothing here (a worker's compute is charged by
+    the round itself).
     """
 
     # Cores left below this are taken as none (a float sum that should be C).
@@ -103,6 +105,8 @@ class Cpu:
             return ready + seconds
         if not (seconds > 0 and math.isfinite(ready)):
             return ready  # (nothing to do, or never asked)
+        if not math.isfinite(seconds):
+            return math.inf  # (a task that never ends: nothing after it either)
         starts = self._starts.setdefault(node, [])
         ends = self._ends.setdefault(node, [])
         start = ready
@@ -118,7 +122,7 @@ class Cpu:
             if pieces is not None:
                 break
             start = ends[j]
-        end = pieces[-1][1]
+        end = pieces[-1][1] if pieces else start
         for a, b, rate in pieces:
             self._take(a, b, rate)
         starts.insert(j, start)
@@ -133,6 +137,9 @@ class Cpu:
         at, used, cores = self._at, self._used, self.cores
         i = bisect.bisect_right(at, start) - 1
         t, left = start, seconds
+        # Work within this of done is done: a float sum of pieces that should fill a gap
+        # exactly must not miss it by a rounding step (and wait out a full stretch).
+        slack = 1e-9 * seconds
         pieces: list[tuple[float, float, float]] = []
         while True:
             if t >= limit:
@@ -141,16 +148,21 @@ class Cpu:
             free = min(1.0, cores - used[i])
             if free > self._EPS:
                 to = min(stop, limit)
-                if free * (to - t) >= left:
-                    pieces.append((t, t + left / free, free))
+                if free * (to - t) >= left - slack:
+                    end = min(t + left / free, to)
+                    if end > t:
+                        pieces.append((t, end, free))
                     return pieces
-                pieces.append((t, to, free))
+                if to > t:
+                    pieces.append((t, to, free))
                 left -= free * (to - t)
             t = stop
             i += 1
 
     def _take(self, a: float, b: float, rate: float) -> None:
         """``rate`` cores in use over [a, b), which lies within one piece of the profile."""
+        if not b > a:
+            return
         at, used = self._at, self._used
         i = bisect.bisect_right(at, a) - 1
         level = used[i]

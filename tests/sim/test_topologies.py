@@ -3,6 +3,7 @@ the closed forms, and the link model's reason to exist (the star's coordinator q
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -320,6 +321,28 @@ def test_processes_on_too_few_cores_slow_each_other() -> None:
     # A hop on one machine: the sender builds the message, the receiver parses it.
     links = Links(_shared(8, peer=0.002))
     assert links.transfer(0, 1, 1000, 1.0) == pytest.approx(1.004)
+
+
+def test_a_task_that_exactly_fills_a_gap_takes_it_despite_rounding() -> None:
+    """0.1 + 0.2 is not 0.3 in floats: a task whose pieces fill a gap exactly must not
+    miss it by a rounding step and wait out whatever comes after."""
+    one = Cpu(_shared(1))
+    assert one.run(0, 0.4, 0.1) == pytest.approx(0.5)
+    assert one.run(1, 100.0, 0.7) == pytest.approx(100.7)
+    # The core is free over [0, 0.1) and [0.5, 0.7): 0.3 s of work ends at 0.7, not 100.7.
+    assert one.run(2, 0.3, 0.0) == pytest.approx(0.7)
+    # The process's own gap [0.2, 0.3) holds a task of 0.1 s exactly.
+    cpu = Cpu(_shared(1))
+    cpu.run(5, 0.1, 0.0)
+    cpu.run(5, 1.0, 0.3)
+    cpu.run(6, 0.1, 0.1)
+    assert cpu.run(5, 0.1, 0.1) == pytest.approx(0.3)
+    # A task of no length, or one that never ends, leaves the profile as it was.
+    assert cpu.run(7, 1e-300, 2.0) == pytest.approx(2.0)
+    assert cpu.run(7, math.inf, 2.0) == math.inf
+    assert all(a < b for a, b in itertools.pairwise(cpu._at))  # no piece of no width
+    with pytest.raises(ConfigError, match=r"at least 0\.01"):
+        _shared(1e-13)
 
 
 @pytest.mark.parametrize(
