@@ -12,6 +12,7 @@ from codedgd.services import machine as machine_module
 from codedgd.services.machine import Machine, check_machine, one_machine, this_machine
 from codedgd.services.records import RoundRecord
 from codedgd.services.tuning.pool import pool_of
+from tests.factories import round_record
 
 
 def test_this_machine_is_named_by_a_digest_of_its_running_kernel(
@@ -57,29 +58,8 @@ def test_one_machine_only_when_every_process_said_the_same() -> None:
 
 
 def _record(t: int, holders: dict[int, str], machines: dict[int, Machine]) -> RoundRecord:
-    return RoundRecord(
-        round=t,
-        wall_seconds=float(t),
-        round_seconds=1.0,
-        wait_seconds=1.0,
-        decode_seconds=0.0,
-        compute_seconds_max=0.0,
-        loss=1.0,
-        metric=float("nan"),
-        metric_name="",
-        workers_used=(),
-        exact=True,
-        decode_residual=0.0,
-        bytes_up=0,
-        bytes_down=0,
-        uploads=0,
-        computations=0,
-        cancelled=0,
-        late_dropped=0,
-        holders=holders,
-        machines=machines,
-        coordinator_machine=Machine("aa", 2) if machines else None,
-    )
+    coordinator = Machine("aa", 2) if machines else None
+    return round_record(t, holders=holders, machines=machines, coordinator_machine=coordinator)
 
 
 def test_a_runs_pool_is_its_places_latest_holders_machines() -> None:

@@ -1190,6 +1190,7 @@ def test_a_run_whose_processes_all_ran_on_one_machine_is_tuned_on_its_cores(
     one = machines("aa", "aa", "aa", "aa")
     out, said = tuned(*one, *links)
     assert (out["cores"], out["cores_from"]) == (2.0, "run")
+    assert out["tied"] == []  # (one candidate searched: no tie to tell)
     assert "ran on one machine (2 cores)" in said and "--cores none" in said
     apart, _ = tuned(*one, *links, "--cores", "none")
     assert (apart["cores"], apart["cores_from"]) == (None, None)
@@ -1714,3 +1715,28 @@ def test_a_topology_runs_timings_are_the_workers_own_and_put_the_network_on_the_
     # the delays hold no network time; where they do (a star source), nothing more.
     assert uncoded(Link(0.05, math.inf), False) == pytest.approx(free + 0.1, abs=0.01)
     assert uncoded(Link(0.05, math.inf), True) == pytest.approx(free, rel=1e-2)
+
+
+@dataclasses.dataclass
+class _Ranked:
+    """What tune's tie note reads of a ranked candidate."""
+
+    label: str
+    predicted: float
+    interval: tuple[float, float]
+    reached: int = 3
+    error: str = ""
+
+
+def test_candidates_the_prediction_cannot_tell_apart_are_called_a_tie() -> None:
+    from codedgd.client.cli.tune import TIE, _tied
+
+    best = _Ranked("a", 10.0, (9.8, 10.4))
+    close = _Ranked("b", 10.0 * (1 + TIE) - 1e-6, (10.25, 10.35))  # within TIE
+    inside = _Ranked("c", 10.5, (10.39, 10.7))  # starts inside the best's replays
+    apart = _Ranked("d", 10.6, (10.45, 10.8))
+    assert [o.label for o in _tied([best, close, inside, apart])] == ["a", "b", "c"]
+    assert [o.label for o in _tied([best, apart, close])] == ["a"]  # (ranked: stops)
+    assert _tied([_Ranked("x", math.inf, (math.inf, math.inf), reached=0), best]) == []
+    failed = _Ranked("f", math.nan, (math.nan, math.nan), error="diverged")
+    assert [o.label for o in _tied([best, failed, close])] == ["a"]

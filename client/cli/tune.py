@@ -611,6 +611,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     by_machine = source.stragglers.name == "none" and not args.trace
     names = auto_prior_names(records, n, str(args.results)) if by_machine else []
     started = auto_start(outcomes, obs, names)
+    tied = _tied(outcomes)
     if args.json:
         doc = {
             "source": str(args.results),
@@ -643,6 +644,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             # than chance gives: worker → that many rounds (the stderr note's)
             "went_without": went_without,
             "candidates": [o.to_dict() for o in outcomes],
+            # the labels of the best and of those the prediction cannot tell from it
+            # (within TIE of its time, or inside its replays' range); [] when none
+            "tied": [o.label for o in tied] if len(tied) > 1 else [],
             # auto's start (--write-auto): the group size of the best candidate it can run
             "auto_start": (
                 {"policy": started[0].to_dict(), "from": started[1].label, "lr": started[1].lr}
@@ -653,6 +657,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=1, allow_nan=False))
     else:
         _table(outcomes[: args.top], len(outcomes))
+    if len(tied) > 1:
+        gap = tied[-1].predicted / tied[0].predicted - 1.0
+        print(
+            f"codedgd tune: note: the top {len(tied)} ({'; '.join(o.label for o in tied)}) "
+            f"are predicted within {100 * gap:.2g} % of each other, or inside the best's "
+            "replays' range: the model does not tell which is faster on the cluster (on "
+            "real processes its predictions have been 0.9-1.2x their real times, "
+            "docs/tuning.md), so the first is written; a short run of each tells",
+            file=sys.stderr,
+        )
     winner = outcomes[0] if outcomes and outcomes[0].reached else None
     if winner is None:
         if outcomes and all(o.error for o in outcomes):
@@ -1082,6 +1096,27 @@ def _toml_ready(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         k: _toml_ready(v) if isinstance(v, dict) else v for k, v in doc.items() if v is not None
     }
+
+
+# Candidates predicted within this fraction of the best's time are a tie (_tied).
+TIE = 0.03
+
+
+def _tied(outcomes: Sequence[Any]) -> list[Any]:
+    """The best candidate and the next ones the prediction cannot tell from it: each
+    within TIE of the best's predicted time, or starting inside the range of the best's
+    replays (those that reached the target; none if the best did not)."""
+    if not outcomes or not outcomes[0].reached or not math.isfinite(outcomes[0].predicted):
+        return []
+    best = outcomes[0]
+    tied = [best]
+    for o in outcomes[1:]:
+        if o.error or not o.reached or not math.isfinite(o.predicted):
+            break
+        if o.predicted > best.predicted * (1 + TIE) and o.interval[0] > best.interval[1]:
+            break
+        tied.append(o)
+    return tied
 
 
 def _table(outcomes: list[Any], total: int) -> None:
