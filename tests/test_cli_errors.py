@@ -23,28 +23,25 @@ from codedgd.services.coordinator.service import _validate
 from codedgd.services.errors import ConfigError, JobFailed
 from codedgd.services.job import Component, JobConfig
 from codedgd.services.records import RoundRecord, read_result_file, write_results
+from tests.factories import round_record
 
 
 def _record(t: int, metric: float = math.nan) -> RoundRecord:
-    return RoundRecord(
-        round=t,
+    return round_record(
+        t,
         wall_seconds=0.1 * (t + 1),
         round_seconds=0.1,
         wait_seconds=0.05,
-        decode_seconds=0.0,
         compute_seconds_max=0.01,
         loss=0.5,
         metric=metric,
         metric_name="auc",
         workers_used=(0, 1),
-        exact=True,
         decode_residual=math.inf,
         bytes_up=10,
         bytes_down=10,
         uploads=2,
         computations=2,
-        cancelled=0,
-        late_dropped=0,
     )
 
 

@@ -26,6 +26,7 @@ from codedgd.services.records import RoundRecord
 from codedgd.services.security import Security
 from tests.conftest import ROOT, WorkerProcesses
 from tests.e2e.fakes import FakeWorker
+from tests.factories import round_record
 
 SMALL = Component("synthetic", {"rows": 400, "dim": 5})
 
@@ -138,25 +139,19 @@ class RecordingBar:
 
 
 def _record(t: int) -> RoundRecord:
-    return RoundRecord(
-        round=t,
+    return round_record(
+        t,
         wall_seconds=0.5 * (t + 1),
         round_seconds=0.5,
         wait_seconds=0.4,
-        decode_seconds=0.0,
         compute_seconds_max=0.1,
         loss=1.0 / (t + 1),
-        metric=float("nan"),
         metric_name="mse",
         workers_used=(0, 1),
-        exact=True,
-        decode_residual=0.0,
         bytes_up=80,
         bytes_down=80,
         uploads=2,
         computations=2,
-        cancelled=0,
-        late_dropped=0,
     )
 
 

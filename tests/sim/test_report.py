@@ -13,30 +13,23 @@ from codedgd.services.errors import ConfigError
 from codedgd.services.records import RoundRecord, write_results
 from codedgd.services.report import build_report, load_runs, summarize_runs
 from codedgd.services.report.plots import policy_color, styles
+from tests.factories import round_record
 
 pytest.importorskip("matplotlib")
 
 
 def rec(t: int, wall: float, round_s: float, loss: float, metric: float) -> RoundRecord:
-    return RoundRecord(
-        round=t,
+    return round_record(
+        t,
         wall_seconds=wall,
         round_seconds=round_s,
         wait_seconds=round_s,
-        decode_seconds=0.0,
-        compute_seconds_max=0.0,
         loss=loss,
         metric=metric,
         metric_name="auc",
         workers_used=(0,),
-        exact=True,
-        decode_residual=0.0,
-        bytes_up=0,
-        bytes_down=0,
         uploads=1,
         computations=1,
-        cancelled=0,
-        late_dropped=0,
     )
 
 
