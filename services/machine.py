@@ -46,9 +46,9 @@ class Machine:
     def known(self) -> bool:
         return bool(self.id)
 
-    def describe(self) -> str:
-        cores = f"{self.cpus} core{'s' if self.cpus != 1 else ''}" if self.cpus else "? cores"
-        return f"machine {self.id or '?'} ({cores})"
+    def cores(self) -> str:
+        """Its cores in words: "2 cores", "1 core", "? cores" when not said."""
+        return f"{self.cpus} core{'s' if self.cpus != 1 else ''}" if self.cpus else "? cores"
 
 
 @functools.cache

@@ -45,8 +45,7 @@ class Pool:
     def describe(self) -> str:
         one = self.one
         if one is not None:
-            cores = f"{one.cpus} core{'s' if one.cpus != 1 else ''}" if one.cpus else "? cores"
-            return f"the coordinator and its {self.n} workers ran on one machine ({cores})"
+            return f"the coordinator and its {self.n} workers ran on one machine ({one.cores()})"
         return (
             f"the coordinator and its {self.n} workers ran on {self.machines} machines"
             if self.known
